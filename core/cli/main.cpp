@@ -1,0 +1,235 @@
+// keval — the command-line host.
+//
+//   keval evaluate REQUEST.json|-    evaluate one kernel (seed 000's POST /evaluate body)
+//   keval compare REQUEST.json|-     reference vs custom (seed 000's POST /compare body)
+//   keval plugins [--json]           list kernel-type plugins and why any could not load
+//   keval version
+//
+// The result JSON goes to stdout; logs and progress go to stderr.
+// Exit codes: 0 evaluated and correct, 1 the kernel failed (compile, correctness, crash),
+// 2 bad request or usage, 3 infrastructure failure (timeout, worker failure, no device).
+#include "common/log.hpp"
+#include "common/plugin_abi.hpp"
+#include "common/version.hpp"
+#include "job/job_runner.hpp"
+#include "registry/registry.hpp"
+#include "request/parse.hpp"
+#include "result/response.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <boost/json/serialize.hpp>
+#include <boost/json/value_to.hpp>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitInfrastructure = 3;
+
+const char* kUsage = R"(usage: keval <command> [options]
+
+commands:
+  evaluate REQUEST.json|-   evaluate one kernel (body of seed 000's POST /evaluate)
+  compare REQUEST.json|-    compare a custom kernel with a reference (POST /compare)
+  plugins [--json]          list kernel-type plugins, their capabilities and load errors
+  version                   print the version
+
+options (evaluate, compare):
+  --state-dir DIR           where job records and work directories live
+                            (default: $KEVAL_STATE_DIR, else $TMPDIR/keval-<uid>)
+  --keep-record             keep the job record (DIR/jobs/<id>.json) after printing the result
+  --log-level LEVEL         trace|debug|info|warn|error (default info; or $KEVAL_LOG_LEVEL)
+
+exit codes: 0 correct, 1 kernel failed, 2 bad request or usage, 3 infrastructure failure
+environment: KEVAL_PLUGIN_PATH (extra plugin directories, first wins), KEVAL_WORKER
+)";
+
+fs::path self_dir() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::current_path() : exe.parent_path();
+}
+
+fs::path worker_exe() {
+  if (const char* env = std::getenv("KEVAL_WORKER"))
+    return env;
+  return self_dir() / "keval-worker";
+}
+
+fs::path default_state_dir() {
+  if (const char* env = std::getenv("KEVAL_STATE_DIR"))
+    return env;
+  const char* tmp = std::getenv("TMPDIR");
+  return fs::path(tmp ? tmp : "/tmp") / ("keval-" + std::to_string(::getuid()));
+}
+
+keval::registry::Registry discover_plugins() {
+  return keval::registry::Registry::discover(keval::registry::default_search_path(self_dir()),
+                                             worker_exe());
+}
+
+std::string read_input(const std::string& source) {
+  std::stringstream ss;
+  if (source == "-") {
+    ss << std::cin.rdbuf();
+  } else {
+    std::ifstream in(source, std::ios::binary);
+    if (!in)
+      throw keval::request::RequestError("", "cannot read request file '" + source + "'");
+    ss << in.rdbuf();
+  }
+  return ss.str();
+}
+
+void print(const json::object& body) { std::cout << json::serialize(body) << std::endl; }
+
+int cmd_plugins(bool as_json) {
+  const auto registry = discover_plugins();
+  if (as_json) {
+    json::object out;
+    json::array path;
+    for (const auto& dir : registry.search_path())
+      path.emplace_back(dir.string());
+    out["search_path"] = std::move(path);
+    out["plugins"] = registry.to_json();
+    print(out);
+    return 0;
+  }
+  std::cout << "search path:\n";
+  for (const auto& dir : registry.search_path())
+    std::cout << "  " << dir.string() << "\n";
+  std::cout << "plugins:\n";
+  if (registry.plugins().empty())
+    std::cout << "  (none found)\n";
+  for (const auto& p : registry.plugins()) {
+    if (p.usable()) {
+      std::string caps;
+      for (const auto& c : keval::capability_names(p.capabilities))
+        caps += (caps.empty() ? "" : ",") + c;
+      std::cout << "  " << p.kernel_type << "  v" << p.plugin_version << "  api "
+                << p.api_major << "." << p.api_minor << "  [" << caps << "]\n"
+                << "      " << p.path.string() << "\n";
+      if (!p.description.empty())
+        std::cout << "      " << p.description << "\n";
+    } else {
+      std::cout << "  (not loaded)  " << p.path.string() << "\n      error: " << p.error << "\n";
+    }
+  }
+  return 0;
+}
+
+int cmd_run(keval::request::EvalRequest::Mode mode, const std::string& source,
+            const fs::path& state_dir, bool keep_record) {
+  using keval::result::Verdict;
+  keval::request::EvalRequest request;
+  const auto registry = discover_plugins();
+  try {
+    request = keval::request::parse_request_text(read_input(source), mode);
+    keval::job::check_against_registry(request, registry);
+  } catch (const keval::request::RequestError& e) {
+    spdlog::error("bad request: {}", e.what());
+    print(keval::result::bad_request_body(e.path(), e.message()));
+    return keval::result::exit_code(Verdict::bad_request);
+  }
+  for (const auto& warning : request.warnings)
+    spdlog::warn("{}", warning);
+
+  const keval::store::JobStore store(state_dir / "jobs");
+  keval::job::RunOptions options;
+  options.worker_exe = worker_exe();
+  options.work_root = state_dir / "work";
+  options.grant_device = [](const json::array& types, auto grant) {
+    // One job, no contention: the first device type the worker can use, device 0.
+    json::object device;
+    device["type"] = types.front();
+    device["index"] = 0;
+    grant(json::object{{"device", device}});
+  };
+  options.on_progress = [](const json::object& p) {
+    spdlog::debug("{} {}/{}", json::value_to<std::string>(p.at("phase")),
+                  p.at("done").to_number<int64_t>(), p.at("total").to_number<int64_t>());
+  };
+  const auto response = keval::job::run_job(request, registry, store, options);
+  const std::string job_id = json::value_to<std::string>(response.body.at("job_id"));
+  if (keep_record)
+    spdlog::info("job record: {}", store.record_path(job_id).string());
+  else
+    store.remove(job_id);
+  spdlog::info("job {}: {}", job_id, keval::result::verdict_name(response.verdict));
+  print(response.body);
+  return keval::result::exit_code(response.verdict);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string level = "info";
+  fs::path state_dir = default_state_dir();
+  bool keep_record = false, as_json = false;
+  std::vector<std::string> positional;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= args.size()) {
+        std::cerr << "keval: " << flag << " needs a value\n" << kUsage;
+        std::exit(kExitUsage);
+      }
+      return args[++i];
+    };
+    if (a == "--log-level")
+      level = value("--log-level");
+    else if (a == "--state-dir")
+      state_dir = value("--state-dir");
+    else if (a == "--keep-record")
+      keep_record = true;
+    else if (a == "--json")
+      as_json = true;
+    else if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    } else if (a.size() > 1 && a[0] == '-' && a != "-") {
+      std::cerr << "keval: unknown option '" << a << "'\n" << kUsage;
+      return kExitUsage;
+    } else
+      positional.push_back(a);
+  }
+  keval::init_logging("keval", level.c_str());
+  if (positional.empty()) {
+    std::cerr << kUsage;
+    return kExitUsage;
+  }
+  const std::string& command = positional[0];
+  try {
+    if (command == "version" && positional.size() == 1) {
+      std::cout << "keval " << keval::kVersion << " (plugin API " << KEVAL_PLUGIN_API_MAJOR << "."
+                << KEVAL_PLUGIN_API_MINOR << ")\n";
+      return 0;
+    }
+    if (command == "plugins" && positional.size() == 1)
+      return cmd_plugins(as_json);
+    if ((command == "evaluate" || command == "compare") && positional.size() == 2)
+      return cmd_run(command == "compare" ? keval::request::EvalRequest::Mode::compare
+                                          : keval::request::EvalRequest::Mode::evaluate,
+                     positional[1], state_dir, keep_record);
+  } catch (const std::exception& e) {
+    spdlog::critical("infrastructure failure: {}", e.what());
+    json::object body;
+    body["status"] = "failed";
+    body["error"] = json::object{{"class", "infrastructure"}, {"message", e.what()}};
+    print(body);
+    return kExitInfrastructure;
+  }
+  std::cerr << "keval: bad command line\n" << kUsage;
+  return kExitUsage;
+}

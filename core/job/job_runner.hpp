@@ -1,0 +1,52 @@
+// From a parsed request to a finished job: checks against the registry, the worker launch,
+// persisting every phase as it arrives, and the response. Shared by the CLI and the daemon.
+#pragma once
+
+#include "registry/registry.hpp"
+#include "request/model.hpp"
+#include "result/response.hpp"
+#include "store/job_store.hpp"
+#include "supervisor/worker_session.hpp"
+
+#include <filesystem>
+#include <functional>
+#include <string>
+
+namespace keval::job {
+
+// Rejects (request::RequestError, HTTP 400) what the registry makes invalid: an unknown
+// kernel_type (the message lists the available ones) or a missing IOContract where the kernel
+// type requires one.
+void check_against_registry(const request::EvalRequest& request,
+                            const registry::Registry& registry);
+
+// A fresh job id: 32 hex digits from a random source.
+std::string new_job_id();
+
+// The default seed for arguments without one: fixed, so unseeded requests are reproducible.
+inline constexpr uint64_t kDefaultJobSeed = 0x6b6576616cull; // "keval"
+
+struct RunOptions {
+  std::filesystem::path worker_exe;
+  std::filesystem::path work_root; // job work directories are created (and removed) here
+  // Decides a device for a worker's need_device (CLI: the first offered type, device 0).
+  std::function<void(const boost::json::array& device_types,
+                     std::function<void(boost::json::object)> grant)>
+      grant_device;
+  std::function<void(const boost::json::object& progress)> on_progress;
+};
+
+supervisor::JobLaunch make_launch(const request::EvalRequest& request,
+                                  const registry::Registry& registry, const std::string& job_id,
+                                  const RunOptions& options);
+
+// Runs one job to the end on a private event loop, saving the record to `store` after every
+// phase. The request must have passed check_against_registry.
+result::Response run_job(const request::EvalRequest& request, const registry::Registry& registry,
+                         const store::JobStore& store, const RunOptions& options);
+
+// The record as stored: the request, every phase so far, the outcome and the response.
+boost::json::object record_json(const result::JobRecord& record,
+                                const boost::json::object& request, const std::string& status);
+
+} // namespace keval::job

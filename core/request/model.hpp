@@ -1,0 +1,119 @@
+// The request model of seed 000 (the compatibility spec): KernelCode, IOContract, and the
+// evaluate / compare requests. Plain data; parsing and validation live in parse.hpp.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
+namespace keval::request {
+
+// Element types seed 000 allows ("PyTorch dtype string").
+enum class DType { f16, bf16, f32, f64, i8, i16, i32, i64, u8, boolean };
+
+// Name as written in requests ("float32", "bfloat16", "int64", "bool", ...).
+const char* dtype_name(DType dtype);
+// Accepts the canonical names and torch's aliases ("float", "half", "torch.float32", ...).
+std::optional<DType> parse_dtype(std::string_view name);
+size_t dtype_size(DType dtype);
+
+enum class InitKind { randn, uniform, zeros, ones, full, arange };
+const char* init_kind_name(InitKind kind);
+
+// TensorInit: server-side generation. Only the fields of the chosen kind are meaningful.
+struct TensorInit {
+  InitKind kind = InitKind::randn;
+  std::optional<uint64_t> seed; // randn / uniform; absent means "derive from trial seed"
+  double mean = 0.0, std = 1.0;  // randn
+  double low = 0.0, high = 1.0;  // uniform
+  double fill_value = 0.0;       // full
+  double start = 0.0, step = 1.0; // arange
+};
+
+// TensorData: client-provided bytes, already decoded (base64, then zlib when compressed) and
+// checked against shape * dtype size.
+struct TensorData {
+  std::vector<uint8_t> bytes;
+  std::string compress; // "" or "zlib", as sent (kept for round-tripping)
+};
+
+struct TensorSpec {
+  std::vector<int64_t> shape;
+  DType dtype = DType::f32;
+  std::optional<TensorInit> init;
+  std::optional<TensorData> data;
+
+  int64_t numel() const;
+  uint64_t nbytes() const { return static_cast<uint64_t>(numel()) * dtype_size(dtype); }
+};
+
+enum class ArgType { tensor, int_, float_, bool_, str };
+const char* arg_type_name(ArgType type);
+
+enum class Role { input, output, inout };
+const char* role_name(Role role);
+
+struct ArgSpec {
+  std::string name;
+  ArgType type = ArgType::tensor;
+  Role role = Role::input;
+  bool is_meta = false;
+  std::optional<TensorSpec> tensor_spec; // type == tensor
+  // Scalar value (type != tensor), kept as JSON so int/float/bool/str keep their exact form.
+  boost::json::value value;
+};
+
+struct LaunchDim {
+  int64_t x = 1, y = 1, z = 1;
+};
+
+struct LaunchConfig {
+  std::optional<LaunchDim> grid;
+  std::optional<LaunchDim> block;
+  std::optional<int64_t> num_warps;
+  std::optional<int64_t> num_stages;
+  std::optional<int64_t> shared_mem_bytes; // keval extension: dynamic shared memory (CUDA)
+};
+
+struct IOContract {
+  std::vector<ArgSpec> args;
+  std::optional<LaunchConfig> launch;
+};
+
+// KernelCode: one kernel of a request.
+struct KernelCode {
+  std::string source_code;
+  std::string kernel_type;
+  boost::json::object metadata;   // {} when absent
+  std::optional<IOContract> io;
+  boost::json::value io_json;     // the `io` object exactly as sent (null when absent)
+};
+
+// Tolerances for correctness (seed 000 default: atol = rtol = 1e-2).
+struct Tolerance {
+  double atol = 1e-2;
+  double rtol = 1e-2;
+};
+
+// POST /evaluate and POST /compare, one type: `ref` is present only for compare.
+struct EvalRequest {
+  enum class Mode { evaluate, compare } mode = Mode::evaluate;
+  KernelCode kernel;             // evaluate: `kernel`; compare: `custom_kernel`
+  std::optional<KernelCode> ref; // compare: `ref_kernel`
+  int64_t num_trials = 100;      // profiled samples
+  int64_t num_correctness_trials = 5; // keval extension; seed default behaviour
+  double timeout_s = 120.0;      // whole-job wall-clock limit
+  Tolerance tolerance;
+  bool async = false;            // daemon only
+  std::optional<std::string> job_id; // client-chosen id, else generated
+  boost::json::object original;  // the request as sent, kept for the job record
+  // Non-fatal findings, each "path: message" (unknown fields ignored for seed compatibility,
+  // parameters that do not apply to the chosen init kind, ...). Reported in the response.
+  std::vector<std::string> warnings;
+};
+
+} // namespace keval::request

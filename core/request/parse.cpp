@@ -1,0 +1,236 @@
+// The request level: JSON text, the top-level fields, KernelCode and IOContract. The parts of
+// an IOContract (arguments, tensors, launch) live in detail/.
+#include "request/parse.hpp"
+
+#include "request/detail/io_parse.hpp"
+#include "request/detail/json_reader.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include <boost/json/error.hpp>
+#include <boost/json/parse_options.hpp>
+#include <boost/json/stream_parser.hpp>
+
+namespace keval::request {
+
+namespace {
+
+using namespace detail;
+
+constexpr size_t kMaxJobIdLength = 64;
+
+std::string compose_what(const std::string& path, const std::string& message) {
+  return path.empty() ? message : path + ": " + message;
+}
+
+// ---- JSON text ----
+
+struct TextPosition {
+  size_t line = 1;
+  size_t column = 1;
+};
+
+// 1-based line and column (in bytes) of `offset` in `text`.
+TextPosition position_of(std::string_view text, size_t offset) {
+  std::string_view before = text.substr(0, offset);
+  size_t last_newline = before.rfind('\n');
+  TextPosition position;
+  position.line = 1 + static_cast<size_t>(std::count(before.begin(), before.end(), '\n'));
+  position.column = 1 + offset - (last_newline == std::string_view::npos ? 0 : last_newline + 1);
+  return position;
+}
+
+// Boost reports "extra data" at the whitespace before it; point at the offending character.
+size_t skip_whitespace(std::string_view text, size_t offset) {
+  while (offset < text.size() && (text[offset] == ' ' || text[offset] == '\t' ||
+                                  text[offset] == '\n' || text[offset] == '\r'))
+    ++offset;
+  return offset;
+}
+
+[[noreturn]] void fail_syntax(std::string_view text, size_t offset, const json::error_code& error,
+                              size_t max_depth) {
+  TextPosition at = position_of(text, skip_whitespace(text, offset));
+  std::string reason = error == json::error::too_deep
+                           ? "nested deeper than " + std::to_string(max_depth) + " levels"
+                           : error.message();
+  throw RequestError("", "invalid JSON at line " + std::to_string(at.line) + ", column " +
+                             std::to_string(at.column) + ": " + reason);
+}
+
+json::value parse_json_text(std::string_view text, size_t max_depth) {
+  json::parse_options options;
+  options.max_depth = max_depth;
+  json::stream_parser parser({}, options);
+  json::error_code error;
+  size_t consumed = parser.write(text.data(), text.size(), error);
+  if (!error)
+    parser.finish(error); // a truncated document fails here, at the end of the text
+  if (error)
+    fail_syntax(text, consumed, error, max_depth);
+  return parser.release();
+}
+
+// ---- IOContract and KernelCode ----
+
+std::vector<ArgSpec> parse_args(const json::value& value, const std::string& path,
+                                const ParseContext& ctx) {
+  const json::array& items = read_array(value, path);
+  if (items.size() > ctx.limits.max_args)
+    throw RequestError(path, "has " + std::to_string(items.size()) +
+                                 " entries, more than the limit of " +
+                                 std::to_string(ctx.limits.max_args));
+  TensorBudget budget; // one IOContract is one kernel: its tensors share the total limit
+  std::unordered_map<std::string, size_t> index_by_name;
+  std::vector<ArgSpec> args;
+  args.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    std::string arg_path = element_path(path, i);
+    ArgSpec arg = parse_arg_spec(items[i], arg_path, budget, ctx);
+    auto [first, inserted] = index_by_name.emplace(arg.name, i);
+    if (!inserted)
+      throw RequestError(member_path(arg_path, "name"), "duplicate name '" + arg.name +
+                                                            "', already used by " +
+                                                            element_path("args", first->second));
+    args.push_back(std::move(arg));
+  }
+  return args;
+}
+
+IOContract parse_io(const json::value& value, const std::string& path, const ParseContext& ctx) {
+  ObjectReader reader(value, path, ctx);
+  IOContract io;
+  io.args = parse_args(reader.required("args"), reader.path_of("args"), ctx);
+  if (const json::value* launch = reader.optional("launch"))
+    io.launch = parse_launch_config(*launch, reader.path_of("launch"), ctx);
+  reader.warn_unknown_fields();
+  return io;
+}
+
+std::string parse_source_code(const json::value& value, const std::string& path,
+                              const Limits& limits) {
+  std::string_view source = read_nonempty_string(value, path);
+  if (source.size() > limits.max_source_bytes)
+    throw RequestError(path, "is " + std::to_string(source.size()) + " bytes, over the limit of " +
+                                 std::to_string(limits.max_source_bytes) + " bytes");
+  return std::string(source);
+}
+
+KernelCode parse_kernel_code(const json::value& value, const std::string& path,
+                             const ParseContext& ctx) {
+  ObjectReader reader(value, path, ctx);
+  KernelCode kernel;
+  kernel.source_code =
+      parse_source_code(reader.required("source_code"), reader.path_of("source_code"), ctx.limits);
+  kernel.kernel_type =
+      read_nonempty_string(reader.required("kernel_type"), reader.path_of("kernel_type"));
+  if (const json::value* metadata = reader.optional("metadata"))
+    kernel.metadata = read_object(*metadata, reader.path_of("metadata"));
+  if (const json::value* io = reader.optional("io")) {
+    kernel.io = parse_io(*io, reader.path_of("io"), ctx);
+    kernel.io_json = *io;
+  }
+  reader.warn_unknown_fields();
+  return kernel;
+}
+
+// ---- Top level ----
+
+bool is_job_id_character(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+// Job ids name files and URLs, so they are restricted to a safe alphabet; "." and ".." would
+// name directories.
+std::string parse_job_id(const json::value& value, const std::string& path) {
+  std::string_view id = read_nonempty_string(value, path);
+  if (id.size() > kMaxJobIdLength)
+    throw RequestError(path, "has " + std::to_string(id.size()) + " characters, more than " +
+                                 std::to_string(kMaxJobIdLength));
+  auto bad = std::find_if_not(id.begin(), id.end(), is_job_id_character);
+  if (bad != id.end())
+    throw RequestError(path, "contains '" + std::string(1, *bad) +
+                                 "'; only letters, digits, '.', '_' and '-' are allowed");
+  if (id == "." || id == "..")
+    throw RequestError(path, "must not be '.' or '..'");
+  return std::string(id);
+}
+
+double parse_timeout(const json::value& value, const std::string& path, double max_seconds) {
+  double seconds = read_finite_number(value, path);
+  if (seconds <= 0)
+    throw RequestError(path, "must be > 0, got " + format_number(seconds));
+  if (seconds > max_seconds)
+    throw RequestError(path, "must be <= " + format_number(max_seconds) + ", got " +
+                                 format_number(seconds));
+  return seconds;
+}
+
+void parse_kernels(EvalRequest& request, ObjectReader& reader, const ParseContext& ctx) {
+  if (request.mode == EvalRequest::Mode::evaluate) {
+    request.kernel = parse_kernel_code(reader.required("kernel"), "kernel", ctx);
+    return;
+  }
+  request.ref = parse_kernel_code(reader.required("ref_kernel"), "ref_kernel", ctx);
+  request.kernel = parse_kernel_code(reader.required("custom_kernel"), "custom_kernel", ctx);
+}
+
+// num_trials and timeout are seed 000's; the rest are keval extensions.
+void parse_settings(EvalRequest& request, ObjectReader& reader, const Limits& limits) {
+  if (const json::value* trials = reader.optional("num_trials"))
+    request.num_trials = read_positive_int(*trials, "num_trials", limits.max_num_trials);
+  if (const json::value* timeout = reader.optional("timeout"))
+    request.timeout_s = parse_timeout(*timeout, "timeout", limits.max_timeout_s);
+  if (const json::value* trials = reader.optional("num_correctness_trials"))
+    request.num_correctness_trials =
+        read_positive_int(*trials, "num_correctness_trials", limits.max_correctness_trials);
+  if (const json::value* atol = reader.optional("atol"))
+    request.tolerance.atol = read_non_negative_number(*atol, "atol");
+  if (const json::value* rtol = reader.optional("rtol"))
+    request.tolerance.rtol = read_non_negative_number(*rtol, "rtol");
+  if (const json::value* async = reader.optional("async"))
+    request.async = read_bool(*async, "async");
+  if (const json::value* job_id = reader.optional("job_id"))
+    request.job_id = parse_job_id(*job_id, "job_id");
+}
+
+} // namespace
+
+RequestError::RequestError(std::string path, std::string message)
+    : std::runtime_error(compose_what(path, message)), path_(std::move(path)),
+      message_(std::move(message)) {}
+
+EvalRequest parse_request_text(std::string_view text, EvalRequest::Mode mode,
+                               const Limits& limits) {
+  if (text.size() > limits.max_request_bytes)
+    throw RequestError("", "request is " + std::to_string(text.size()) +
+                               " bytes, over the limit of " +
+                               std::to_string(limits.max_request_bytes) + " bytes");
+  return parse_request(parse_json_text(text, limits.max_json_depth), mode, limits);
+}
+
+EvalRequest parse_request(const boost::json::value& doc, EvalRequest::Mode mode,
+                          const Limits& limits) {
+  if (!doc.is_object())
+    throw RequestError("", std::string("request must be a JSON object, got ") + kind_name(doc));
+  EvalRequest request;
+  request.mode = mode;
+  ParseContext ctx{limits, request.warnings};
+  ObjectReader reader(doc, "", ctx);
+  parse_kernels(request, reader, ctx);
+  parse_settings(request, reader, limits);
+  reader.warn_unknown_fields();
+  request.original = doc.get_object();
+  return request;
+}
+
+IOContract parse_io_contract(const boost::json::value& io, const std::string& path,
+                             const Limits& limits, std::vector<std::string>* warnings) {
+  std::vector<std::string> discarded;
+  ParseContext ctx{limits, warnings != nullptr ? *warnings : discarded};
+  return parse_io(io, path, ctx);
+}
+
+} // namespace keval::request

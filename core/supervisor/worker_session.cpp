@@ -1,0 +1,370 @@
+#include "supervisor/worker_session.hpp"
+
+#include "protocol/frame.hpp"
+#include "protocol/messages.hpp"
+#include "supervisor/detail/child_setup.hpp"
+
+#include <array>
+#include <csignal>
+#include <deque>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/connect_pair.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/readable_pipe.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value_to.hpp>
+
+namespace keval::supervisor {
+
+namespace asio = boost::asio;
+namespace bp = boost::process::v2;
+namespace json = boost::json;
+using local_socket = asio::local::stream_protocol::socket;
+using Clock = std::chrono::steady_clock;
+using End = SessionOutcome::End;
+
+namespace {
+
+// Once the worker has exited, how long its pipes may stay open (held by a leftover grandchild
+// that escaped the process group) before we stop waiting for them.
+constexpr auto kDrainGrace = std::chrono::milliseconds(500);
+
+class Session final : public WorkerSession, public std::enable_shared_from_this<Session> {
+public:
+  Session(asio::any_io_executor executor, JobLaunch launch, SessionHandlers handlers)
+      : strand_(asio::make_strand(executor)), launch_(std::move(launch)),
+        handlers_(std::move(handlers)), socket_(strand_), out_pipe_(strand_), err_pipe_(strand_),
+        timer_(strand_), drain_timer_(strand_), out_(launch_.output_cap),
+        err_(launch_.output_cap), budget_left_(launch_.timeout) {}
+
+  void begin() {
+    started_ = Clock::now();
+    local_socket child_end(strand_);
+    try {
+      asio::local::connect_pair(socket_, child_end);
+      const std::vector<std::string> args{"--protocol-fd", "3"};
+      process_.emplace(strand_, launch_.worker_exe, args,
+                       bp::process_stdio{nullptr, out_pipe_, err_pipe_},
+                       detail::ChildSetup{child_end.native_handle(), 3});
+    } catch (const std::exception& e) {
+      force(End::spawn_failed, "cannot start " + launch_.worker_exe.string() + ": " + e.what());
+      exited_ = socket_closed_ = out_closed_ = err_closed_ = true;
+      asio::post(strand_, [self = shared_from_this()] { self->maybe_finish(); });
+      return;
+    }
+    child_end.close(); // only the worker may hold it now: its exit then means EOF for us
+    pgid_ = process_->id();
+    stage_ = "starting";
+    read_socket();
+    read_pipe(out_pipe_, out_buf_, out_, out_closed_);
+    read_pipe(err_pipe_, err_buf_, err_, err_closed_);
+    arm_timer();
+    process_->async_wait(asio::bind_executor(
+        strand_, [self = shared_from_this()](boost::system::error_code, int) { self->on_exit(); }));
+  }
+
+  void cancel() override {
+    asio::post(strand_, [self = shared_from_this()] {
+      self->force(End::cancelled, "job cancelled");
+      self->kill_group();
+    });
+  }
+
+private:
+  // --- reading ---------------------------------------------------------------------------
+
+  void read_socket() {
+    socket_.async_read_some(
+        asio::buffer(socket_buf_),
+        [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+          if (n > 0)
+            self->on_bytes(std::string_view(self->socket_buf_.data(), n));
+          if (ec || self->socket_closed_) {
+            self->socket_closed_ = true;
+            self->maybe_finish();
+            return;
+          }
+          self->read_socket();
+        });
+  }
+
+  void read_pipe(asio::readable_pipe& pipe, std::array<char, 16384>& buf, CappedOutput& sink,
+                 bool& closed) {
+    pipe.async_read_some(asio::buffer(buf), [self = shared_from_this(), &pipe, &buf, &sink,
+                                             &closed](boost::system::error_code ec, size_t n) {
+      sink.append(buf.data(), n);
+      if (ec) {
+        closed = true;
+        self->maybe_finish();
+        return;
+      }
+      self->read_pipe(pipe, buf, sink, closed);
+    });
+  }
+
+  void on_bytes(std::string_view bytes) {
+    if (end_)
+      return; // already condemned; ignore whatever else it says
+    decoder_.feed(bytes);
+    try {
+      while (auto message = decoder_.next()) {
+        handle(*message);
+        if (end_)
+          return;
+      }
+    } catch (const std::exception& e) {
+      force(End::protocol_error,
+            std::string("worker sent an invalid message on the protocol channel: ") + e.what());
+      kill_group();
+    }
+  }
+
+  void handle(const json::object& m) {
+    const std::string type = json::value_to<std::string>(m.at("type"));
+    if (type == protocol::msg::kHello) {
+      send_job();
+    } else if (type == protocol::msg::kPhase) {
+      const std::string phase = json::value_to<std::string>(m.at("phase"));
+      const auto& result = m.at("result").as_object();
+      stage_ = phase == protocol::msg::kPhaseCompiled    ? "waiting_for_device"
+               : phase == protocol::msg::kPhaseValidated ? "profiling"
+                                                         : "finishing";
+      if (handlers_.on_phase)
+        handlers_.on_phase(phase, result);
+    } else if (type == protocol::msg::kProgress) {
+      stage_ = json::value_to<std::string>(m.at("phase"));
+      if (handlers_.on_progress)
+        handlers_.on_progress(m);
+    } else if (type == protocol::msg::kNeedDevice) {
+      on_need_device(m.at("device_types").as_array());
+    } else if (type == protocol::msg::kDone) {
+      done_ = true;
+      stage_ = "exiting";
+    } else if (type == protocol::msg::kFatal) {
+      force(End::fatal, "keval-worker failed: " + json::value_to<std::string>(m.at("message")));
+      kill_group();
+    } else {
+      throw protocol::ProtocolError("unexpected message type '" + type + "'");
+    }
+  }
+
+  // --- writing ---------------------------------------------------------------------------
+
+  void send_job() {
+    stage_ = "compiling";
+    json::object job;
+    job["type"] = protocol::msg::kJob;
+    job["job_id"] = launch_.job_id;
+    job["mode"] = launch_.mode;
+    job["request"] = launch_.request;
+    json::object plugins;
+    for (const auto& [type, path] : launch_.plugins)
+      plugins[type] = path.string();
+    job["plugins"] = std::move(plugins);
+    job["work_dir"] = launch_.work_dir.string();
+    job["cuda_arch"] = launch_.cuda_arch;
+    job["seed"] = launch_.seed;
+    send(std::move(job));
+  }
+
+  void send(json::object message) {
+    writes_.push_back(protocol::encode_frame(std::move(message)));
+    if (writes_.size() == 1)
+      write_next();
+  }
+
+  void write_next() {
+    asio::async_write(socket_, asio::buffer(writes_.front()),
+                      [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                        self->writes_.pop_front();
+                        if (ec)
+                          return; // the read side and the exit handler report the death
+                        if (!self->writes_.empty())
+                          self->write_next();
+                      });
+  }
+
+  // --- devices -----------------------------------------------------------------------------
+
+  void on_need_device(const json::array& types) {
+    stage_ = "waiting_for_device";
+    pause_timer(); // waiting in a queue for a GPU is not the kernel's time
+    if (!handlers_.on_need_device) {
+      grant(json::object{{"error", "this host grants no devices"}});
+      return;
+    }
+    auto weak = weak_from_this();
+    handlers_.on_need_device(types, [weak, strand = strand_](json::object decision) {
+      asio::post(strand, [weak, decision = std::move(decision)]() mutable {
+        if (auto self = weak.lock())
+          self->grant(std::move(decision));
+      });
+    });
+  }
+
+  void grant(json::object decision) {
+    if (end_)
+      return;
+    decision["type"] = protocol::msg::kGrant;
+    send(std::move(decision));
+    stage_ = "validating";
+    arm_timer();
+  }
+
+  // --- time ------------------------------------------------------------------------------
+
+  void arm_timer() {
+    armed_at_ = Clock::now();
+    timer_.expires_after(budget_left_);
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec)
+        return; // cancelled or re-armed
+      self->force(End::timed_out, "job exceeded its timeout of " +
+                                      std::to_string(self->launch_.timeout.count() / 1000.0) +
+                                      " s while " + self->stage_ + "; worker killed");
+      self->kill_group();
+    });
+  }
+
+  void pause_timer() {
+    budget_left_ -= std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - armed_at_);
+    if (budget_left_ < std::chrono::milliseconds(1))
+      budget_left_ = std::chrono::milliseconds(1);
+    timer_.cancel();
+  }
+
+  // --- ending ----------------------------------------------------------------------------
+
+  void force(End end, std::string message) {
+    if (end_)
+      return; // the first cause wins
+    end_ = end;
+    message_ = std::move(message);
+  }
+
+  void kill_group() {
+    if (pgid_ > 0)
+      ::kill(-pgid_, SIGKILL);
+  }
+
+  void on_exit() {
+    exited_ = true;
+    timer_.cancel();
+    const int status = process_->native_exit_code();
+    if (WIFEXITED(status))
+      exit_code_ = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status))
+      signal_ = WTERMSIG(status);
+    // Whatever the job left running in its group goes with it.
+    kill_group();
+    drain_timer_.expires_after(kDrainGrace);
+    drain_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec)
+        return;
+      self->out_pipe_.close();
+      self->err_pipe_.close();
+      self->socket_.close();
+      self->out_closed_ = self->err_closed_ = self->socket_closed_ = true;
+      self->maybe_finish();
+    });
+    maybe_finish();
+  }
+
+  void maybe_finish() {
+    if (finished_ || !exited_ || !socket_closed_ || !out_closed_ || !err_closed_)
+      return;
+    finished_ = true;
+    drain_timer_.cancel();
+    timer_.cancel();
+
+    SessionOutcome outcome;
+    outcome.stage = stage_;
+    outcome.exit_code = exit_code_;
+    outcome.signal = signal_;
+    outcome.stdout_text = out_.text();
+    outcome.stderr_text = err_.text();
+    outcome.stdout_bytes = out_.total_bytes();
+    outcome.stderr_bytes = err_.total_bytes();
+    outcome.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
+    if (end_) {
+      outcome.end = *end_;
+      outcome.message = message_;
+    } else if (done_ && exit_code_ == 0) {
+      outcome.end = End::completed;
+    } else {
+      outcome.end = End::died;
+      outcome.message = death_message();
+    }
+    if (handlers_.on_complete)
+      handlers_.on_complete(std::move(outcome));
+  }
+
+  std::string death_message() const {
+    const std::string when = " while " + stage_;
+    if (signal_) {
+      std::string m = "worker was killed by " + describe_signal(*signal_) + when;
+      if (*signal_ == SIGKILL)
+        m += " (not by keval: the out-of-memory killer is the usual cause)";
+      return m;
+    }
+    if (exit_code_)
+      return "worker exited with code " + std::to_string(*exit_code_) + when +
+             (done_ ? "" : " before finishing the job");
+    return "worker ended" + when;
+  }
+
+  asio::strand<asio::any_io_executor> strand_;
+  JobLaunch launch_;
+  SessionHandlers handlers_;
+  local_socket socket_;
+  asio::readable_pipe out_pipe_, err_pipe_;
+  std::optional<bp::basic_process<asio::strand<asio::any_io_executor>>> process_;
+  asio::steady_timer timer_, drain_timer_;
+  protocol::FrameDecoder decoder_;
+  CappedOutput out_, err_;
+  std::array<char, 65536> socket_buf_{};
+  std::array<char, 16384> out_buf_{}, err_buf_{};
+  std::deque<std::string> writes_;
+
+  std::chrono::milliseconds budget_left_;
+  Clock::time_point armed_at_, started_;
+  int pgid_ = -1;
+  std::string stage_ = "starting";
+  bool done_ = false, exited_ = false, socket_closed_ = false, out_closed_ = false,
+       err_closed_ = false, finished_ = false;
+  std::optional<End> end_;
+  std::string message_;
+  std::optional<int> exit_code_, signal_;
+};
+
+} // namespace
+
+std::shared_ptr<WorkerSession> WorkerSession::start(asio::any_io_executor executor,
+                                                    JobLaunch launch, SessionHandlers handlers) {
+  auto session = std::make_shared<Session>(std::move(executor), std::move(launch),
+                                           std::move(handlers));
+  session->begin();
+  return session;
+}
+
+SessionOutcome run_session(JobLaunch launch, SessionHandlers handlers) {
+  asio::io_context ctx;
+  SessionOutcome result;
+  auto user_complete = std::move(handlers.on_complete);
+  handlers.on_complete = [&](SessionOutcome outcome) {
+    if (user_complete)
+      user_complete(outcome);
+    result = std::move(outcome);
+  };
+  auto session = WorkerSession::start(ctx.get_executor(), std::move(launch), std::move(handlers));
+  ctx.run();
+  return result;
+}
+
+} // namespace keval::supervisor

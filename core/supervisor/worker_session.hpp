@@ -1,0 +1,85 @@
+// One keval-worker process running one job, supervised from the host's Asio event loop: the
+// protocol socket, the worker's stdout/stderr (captured, capped), its exit, and the job timeout.
+// Everything happens on the io_context's thread(s) through one strand, so handlers never race.
+#pragma once
+
+#include "supervisor/process.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+
+namespace keval::supervisor {
+
+struct JobLaunch {
+  std::filesystem::path worker_exe;
+  std::string job_id;
+  std::string mode; // "evaluate" or "compare"
+  boost::json::object request; // as the client sent it; the worker parses it again
+  std::map<std::string, std::filesystem::path> plugins; // kernel_type -> library
+  std::filesystem::path work_dir;
+  int cuda_arch = 0;
+  uint64_t seed = 0;
+  // Wall-clock budget, not counting time spent waiting for a device grant.
+  std::chrono::milliseconds timeout{120000};
+  size_t output_cap = 64 * 1024; // per stream
+};
+
+// How the session ended.
+struct SessionOutcome {
+  enum class End {
+    completed,      // the worker sent `done` and exited 0
+    timed_out,      // keval killed it at the timeout
+    died,           // the worker exited or was killed before `done`
+    protocol_error, // it sent garbage on the protocol channel (killed)
+    fatal,          // the worker reported its own failure (`fatal`)
+    cancelled,      // cancel() was called
+    spawn_failed,   // it never started
+  };
+  End end = End::completed;
+  std::string message;     // human description for every end but completed
+  std::string stage;       // what the worker was doing when it ended ("compiling", ...)
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  std::string stdout_text, stderr_text;
+  size_t stdout_bytes = 0, stderr_bytes = 0;
+  double wall_ms = 0;
+};
+
+struct SessionHandlers {
+  // A phase result arrived ("compiled", "validated", "profiled"). Persist it now.
+  std::function<void(const std::string& phase, const boost::json::object& result)> on_phase;
+  std::function<void(const boost::json::object& progress)> on_progress;
+  // The worker asks for a device; call `grant` (now or later) with {"device": {...}} or
+  // {"error": "..."}.
+  std::function<void(const boost::json::array& device_types,
+                     std::function<void(boost::json::object)> grant)>
+      on_need_device;
+  // Called exactly once, last.
+  std::function<void(SessionOutcome)> on_complete;
+};
+
+class WorkerSession {
+public:
+  // Spawns the worker and starts supervising it on `executor`. Failures to spawn are reported
+  // through on_complete (End::spawn_failed), never thrown.
+  static std::shared_ptr<WorkerSession> start(boost::asio::any_io_executor executor,
+                                              JobLaunch launch, SessionHandlers handlers);
+  virtual ~WorkerSession() = default;
+  // Kills the worker's process group; on_complete follows with End::cancelled.
+  virtual void cancel() = 0;
+};
+
+// Runs one job on a private io_context and returns when it has ended (the CLI's path).
+SessionOutcome run_session(JobLaunch launch, SessionHandlers handlers);
+
+} // namespace keval::supervisor

@@ -1,0 +1,81 @@
+// The device engine: everything the core does to tensors on the granted device — allocation,
+// deterministic generation, poisoning, comparison, synchronisation and timing. The pipeline is
+// written against this interface once; the CPU engine (here) and the CUDA engine implement it.
+#pragma once
+
+#include "request/model.hpp"
+#include "tensor/compare.hpp"
+
+#include <keval/plugin.h>
+
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <boost/json/object.hpp>
+
+namespace keval::worker {
+
+// The kernel broke the device or ran into an error while executing (sticky CUDA error, ...).
+// Reported as the kernel's failure, not the system's.
+class KernelFault : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+// A tensor living on the engine's device. `dl()` stays valid for the tensor's lifetime; it is a
+// handle (pointers to the data), so a const Tensor still hands out a mutable view.
+class Tensor {
+public:
+  virtual ~Tensor() = default;
+  virtual keval_dl_tensor& dl() const = 0;
+  request::DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+
+protected:
+  Tensor(request::DType dtype, std::vector<int64_t> shape)
+      : dtype_(dtype), shape_(std::move(shape)) {}
+
+private:
+  request::DType dtype_;
+  std::vector<int64_t> shape_;
+};
+
+class Engine {
+public:
+  virtual ~Engine() = default;
+
+  virtual keval_dl_device device() const = 0;
+  // The stream kernels are enqueued on and timed (NULL on the CPU).
+  virtual void* stream() const = 0;
+  // Identity for the result metadata (device name, architecture, memory, versions, ...).
+  virtual boost::json::object describe() const = 0;
+
+  virtual std::unique_ptr<Tensor> allocate(request::DType dtype,
+                                           const std::vector<int64_t>& shape) = 0;
+  virtual void fill(Tensor& tensor, const request::TensorInit& init, uint64_t seed) = 0;
+  virtual void upload(Tensor& tensor, const std::vector<uint8_t>& bytes) = 0;
+  // Copies a contiguous clone of `source` (same dtype and shape) into a new tensor.
+  virtual std::unique_ptr<Tensor> clone(const keval_dl_tensor& source) = 0;
+  virtual void poison(Tensor& tensor) = 0;
+  virtual tensor::Comparison compare(const keval_dl_tensor& expected,
+                                     const keval_dl_tensor& actual,
+                                     const request::Tolerance& tolerance) = 0;
+  // Bitwise equality of two tensors of the same dtype and shape (input tampering check).
+  virtual bool same_bytes(const keval_dl_tensor& a, const keval_dl_tensor& b) = 0;
+  // Waits for all queued work; throws KernelFault if the device reports an error.
+  virtual void synchronize() = 0;
+
+  // Timing protocol: one sample of `launch` (which enqueues exactly one kernel invocation),
+  // measured the engine's way, caches flushed before it. Returns milliseconds.
+  virtual double time_sample(const std::function<void()>& launch) = 0;
+  // How samples are taken ("cpu_wall_clock", "cuda_event", "cuda_graph").
+  virtual std::string timing_method() const = 0;
+};
+
+// The engine for the CPU: plain host memory, steady_clock timing.
+std::unique_ptr<Engine> make_cpu_engine();
+
+} // namespace keval::worker

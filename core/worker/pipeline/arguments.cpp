@@ -1,0 +1,193 @@
+#include "worker/pipeline/arguments.hpp"
+
+#include "tensor/generate.hpp"
+#include "worker/pipeline/plugin_loader.hpp"
+
+#include <functional>
+
+#include <boost/json/value_to.hpp>
+
+namespace keval::worker {
+
+namespace {
+
+// A stable 64-bit hash of an argument name (FNV-1a), so unseeded arguments with the same name
+// get the same values on both sides of a compare.
+uint64_t name_hash(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::unique_ptr<Tensor> materialise(Engine& engine, const request::ArgSpec& arg, uint64_t trial,
+                                    uint64_t job_seed) {
+  const auto& spec = *arg.tensor_spec;
+  auto tensor = engine.allocate(spec.dtype, spec.shape);
+  if (spec.data) {
+    engine.upload(*tensor, spec.data->bytes);
+    return tensor;
+  }
+  // Seed 000 generates unspecified inputs with randn.
+  const request::TensorInit init = spec.init.value_or(request::TensorInit{});
+  const uint64_t base = init.seed ? *init.seed : job_seed ^ name_hash(arg.name);
+  engine.fill(*tensor, init, tensor::trial_seed(base, trial));
+  return tensor;
+}
+
+} // namespace
+
+InputSet InputSet::from_contracts(Engine& engine,
+                                  const std::vector<const request::IOContract*>& contracts,
+                                  uint64_t trial, uint64_t job_seed) {
+  InputSet set;
+  for (const auto* contract : contracts) {
+    if (contract == nullptr)
+      continue;
+    ContractInputs inputs;
+    inputs.contract = contract;
+    for (const auto& arg : contract->args) {
+      const bool is_input = arg.type == request::ArgType::tensor && arg.role != request::Role::output;
+      inputs.tensors.push_back(is_input ? materialise(engine, arg, trial, job_seed) : nullptr);
+    }
+    set.contracts_.push_back(std::move(inputs));
+  }
+  return set;
+}
+
+InputSet InputSet::from_plugin(Engine& engine, const keval_plugin_api& api, keval_kernel* kernel,
+                               uint64_t seed) {
+  std::vector<keval_dl_managed_tensor*> produced(256, nullptr);
+  size_t count = 0;
+  keval_default_inputs_args args{};
+  args.struct_size = sizeof args;
+  args.device = engine.device();
+  args.stream = engine.stream();
+  args.seed = seed;
+  args.inputs = produced.data();
+  args.max_inputs = produced.size();
+  args.num_inputs = &count;
+  PluginError error(api, api.default_inputs(kernel, &args));
+  std::vector<ManagedTensor> owned;
+  for (size_t i = 0; i < count && i < produced.size(); ++i)
+    owned.emplace_back(produced[i]);
+  if (error)
+    throw PluginCallError(error_code_name(error.code()),
+                          "producing default inputs failed: " + error.message(), error.details());
+  InputSet set;
+  for (auto& t : owned)
+    set.defaults_.push_back(engine.clone(t->dl_tensor));
+  return set;
+}
+
+const Tensor* InputSet::contract_input(const request::IOContract* contract, size_t index) const {
+  for (const auto& c : contracts_)
+    if (c.contract == contract)
+      return index < c.tensors.size() ? c.tensors[index].get() : nullptr;
+  return nullptr;
+}
+
+ArgumentBinder::ArgumentBinder(Engine& engine, const request::IOContract* contract,
+                               bool own_contract, const InputSet& inputs) {
+  if (contract == nullptr) {
+    for (size_t i = 0; i < inputs.defaults().size(); ++i) {
+      Bound b;
+      b.name = "input" + std::to_string(i);
+      b.pristine = inputs.defaults()[i].get();
+      b.tensor = engine.clone(b.pristine->dl());
+      bound_.push_back(std::move(b));
+    }
+  } else {
+    for (size_t i = 0; i < contract->args.size(); ++i) {
+      const auto& arg = contract->args[i];
+      const bool is_tensor = arg.type == request::ArgType::tensor;
+      if (!own_contract && (arg.is_meta || (is_tensor && arg.role == request::Role::output)))
+        continue;
+      Bound b;
+      b.name = arg.name;
+      b.role = own_contract ? arg.role : request::Role::input;
+      if (is_tensor) {
+        if (arg.role == request::Role::output) {
+          b.tensor = engine.allocate(arg.tensor_spec->dtype, arg.tensor_spec->shape);
+        } else {
+          b.pristine = inputs.contract_input(contract, i);
+          if (b.pristine == nullptr)
+            throw std::logic_error("no materialised input for argument '" + arg.name + "'");
+          b.tensor = engine.clone(b.pristine->dl());
+        }
+      } else if (arg.type == request::ArgType::str) {
+        b.str_value = boost::json::value_to<std::string>(arg.value);
+      }
+      bound_.push_back(std::move(b));
+    }
+  }
+
+  // Build the C view once; the Bound entries own everything it points to.
+  size_t contract_index = 0;
+  for (auto& b : bound_) {
+    keval_arg a{};
+    a.struct_size = sizeof a;
+    a.name = b.name.c_str();
+    a.role = static_cast<int32_t>(b.role == request::Role::input    ? KEVAL_ROLE_INPUT
+                                  : b.role == request::Role::output ? KEVAL_ROLE_OUTPUT
+                                                                    : KEVAL_ROLE_INOUT);
+    if (b.tensor) {
+      a.kind = KEVAL_ARG_TENSOR;
+      a.tensor = &b.tensor->dl();
+    }
+    if (contract != nullptr) {
+      // Find this binding's ArgSpec (bindings keep contract order, skipping filtered args).
+      while (contract->args[contract_index].name != b.name)
+        ++contract_index;
+      const auto& spec = contract->args[contract_index++];
+      a.is_meta = spec.is_meta ? 1 : 0;
+      switch (spec.type) {
+      case request::ArgType::tensor:
+        break;
+      case request::ArgType::int_:
+        a.kind = KEVAL_ARG_INT;
+        a.int_value = spec.value.to_number<int64_t>();
+        break;
+      case request::ArgType::float_:
+        a.kind = KEVAL_ARG_FLOAT;
+        a.float_value = spec.value.to_number<double>();
+        break;
+      case request::ArgType::bool_:
+        a.kind = KEVAL_ARG_BOOL;
+        a.int_value = spec.value.as_bool() ? 1 : 0;
+        break;
+      case request::ArgType::str:
+        a.kind = KEVAL_ARG_STR;
+        a.str_value = b.str_value.c_str();
+        break;
+      }
+    }
+    args_.push_back(a);
+  }
+}
+
+void ArgumentBinder::poison_outputs(Engine& engine) {
+  for (auto& b : bound_)
+    if (b.tensor && b.role == request::Role::output)
+      engine.poison(*b.tensor);
+}
+
+std::vector<const keval_dl_tensor*> ArgumentBinder::output_views() {
+  std::vector<const keval_dl_tensor*> views;
+  for (auto& b : bound_)
+    if (b.tensor && b.role != request::Role::input)
+      views.push_back(&b.tensor->dl());
+  return views;
+}
+
+std::optional<std::string> ArgumentBinder::first_modified_input(Engine& engine) const {
+  for (const auto& b : bound_)
+    if (b.tensor && b.role == request::Role::input && b.pristine != nullptr &&
+        !engine.same_bytes(b.pristine->dl(), b.tensor->dl()))
+      return b.name;
+  return std::nullopt;
+}
+
+} // namespace keval::worker

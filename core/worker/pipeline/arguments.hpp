@@ -1,0 +1,98 @@
+// Turning an IOContract (or a kernel's default inputs) into launch arguments on the engine's
+// device: pristine trial inputs, per-launch clones, poisoned outputs, and the check that a
+// kernel left its read-only inputs alone.
+#pragma once
+
+#include "request/model.hpp"
+#include "worker/engine/engine.hpp"
+
+#include <keval/plugin.h>
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace keval::worker {
+
+// Owns a tensor a plugin handed over; releases it through its deleter.
+struct ManagedTensorDeleter {
+  void operator()(keval_dl_managed_tensor* t) const {
+    if (t != nullptr && t->deleter != nullptr)
+      t->deleter(t);
+  }
+};
+using ManagedTensor = std::unique_ptr<keval_dl_managed_tensor, ManagedTensorDeleter>;
+
+// A plugin call outside launch failed (default_inputs). `type` is the error code's name.
+struct PluginCallError : std::runtime_error {
+  PluginCallError(std::string type_, const std::string& message, std::string details_)
+      : std::runtime_error(message), type(std::move(type_)), details(std::move(details_)) {}
+  std::string type;
+  std::string details;
+};
+
+// One trial's pristine inputs. Never handed to a kernel directly: kernels get clones.
+class InputSet {
+public:
+  InputSet() = default;
+  // Materialises every contract's input and inout tensors. Values depend only on the argument's
+  // spec, its seed (or, without one, the job seed and the argument's name) and the trial, so
+  // two contracts that describe the same argument get bit-identical tensors.
+  static InputSet from_contracts(Engine& engine,
+                                 const std::vector<const request::IOContract*>& contracts,
+                                 uint64_t trial, uint64_t job_seed);
+  // Asks a KEVAL_CAP_DEFAULT_INPUTS plugin for inputs (KernelBench's get_inputs). Throws
+  // PluginCallError.
+  static InputSet from_plugin(Engine& engine, const keval_plugin_api& api, keval_kernel* kernel,
+                              uint64_t seed);
+
+  // The pristine tensor for argument `index` of `contract`, or nullptr (not an input tensor).
+  const Tensor* contract_input(const request::IOContract* contract, size_t index) const;
+  const std::vector<std::unique_ptr<Tensor>>& defaults() const { return defaults_; }
+
+private:
+  struct ContractInputs {
+    const request::IOContract* contract = nullptr;
+    std::vector<std::unique_ptr<Tensor>> tensors; // aligned with contract->args
+  };
+  std::vector<ContractInputs> contracts_;
+  std::vector<std::unique_ptr<Tensor>> defaults_;
+};
+
+// The outputs of one launch: views into the binder's output arguments, or tensors the plugin
+// returned (owned here).
+struct Launched {
+  std::vector<ManagedTensor> owned;
+  std::vector<const keval_dl_tensor*> outputs;
+};
+
+// The keval_arg array for one side: clones of the inputs, fresh output tensors, scalars.
+class ArgumentBinder {
+public:
+  // `contract` may be nullptr (default-input mode). When `own_contract` is false the side
+  // borrows another side's contract and receives only its inputs (no outputs, no meta args).
+  ArgumentBinder(Engine& engine, const request::IOContract* contract, bool own_contract,
+                 const InputSet& inputs);
+
+  const std::vector<keval_arg>& args() const { return args_; }
+  void poison_outputs(Engine& engine);
+  // Output and inout tensors, in contract order.
+  std::vector<const keval_dl_tensor*> output_views();
+  // Name of the first read-only input whose bytes changed, if any.
+  std::optional<std::string> first_modified_input(Engine& engine) const;
+
+private:
+  struct Bound {
+    std::string name;
+    request::Role role = request::Role::input;
+    std::unique_ptr<Tensor> tensor;  // tensor arguments
+    const Tensor* pristine = nullptr; // inputs: what the clone must still equal
+    std::string str_value;            // keeps str scalars alive
+  };
+  std::vector<Bound> bound_;
+  std::vector<keval_arg> args_;
+};
+
+} // namespace keval::worker

@@ -1,0 +1,281 @@
+/*
+ * keval plugin SDK — the C ABI between keval-worker and a kernel-type plugin.
+ *
+ * A plugin is a shared object exporting exactly one symbol, KEVAL_PLUGIN_ENTRY_NAME, that
+ * returns a pointer to a static keval_plugin_api table. Everything else in the library stays
+ * hidden (-fvisibility=hidden). The boundary is plain C so that plugins built with another
+ * compiler or standard library keep working (the pattern of PJRT's C API and Vulkan ICDs).
+ *
+ * Versioning rules:
+ *   - keval_plugin_api.api_major must equal the host's KEVAL_PLUGIN_API_MAJOR;
+ *     keval_plugin_api.api_minor must not exceed the host's KEVAL_PLUGIN_API_MINOR.
+ *   - Every struct starts with `struct_size`. Fields are only ever appended. A reader accesses a
+ *     field only when struct_size covers it (KEVAL_STRUCT_HAS), so old and new binaries mix.
+ *
+ * Ownership rules (each pointer below says which applies):
+ *   - "borrowed, call": valid only for the duration of the call that received it.
+ *   - "plugin-owned, static": valid while the library stays loaded.
+ *   - Errors are allocated by the plugin and released by the host through error_destroy.
+ *   - Kernels are allocated by compile() and released by kernel_destroy().
+ *   - Tensors returned by a plugin are DLPack-style managed tensors released by their deleter.
+ *
+ * Errors never cross as C++ exceptions: every fallible call returns NULL on success or a
+ * keval_error*.
+ */
+#ifndef KEVAL_PLUGIN_H
+#define KEVAL_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KEVAL_PLUGIN_API_MAJOR 1
+#define KEVAL_PLUGIN_API_MINOR 0
+
+/* The one exported symbol. Its type is keval_plugin_entry_fn. */
+#define KEVAL_PLUGIN_ENTRY_NAME "keval_plugin_entry_v1"
+
+#if defined(_WIN32)
+#define KEVAL_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define KEVAL_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* True when a struct of the given (reader-known) type, as sized by its producer, holds FIELD. */
+#define KEVAL_STRUCT_HAS(ptr, type, field)                                                         \
+  ((ptr) != NULL && (ptr)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
+
+/* ------------------------------------------------------------------------------------------ */
+/* Errors                                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum keval_error_code {
+  /* The submitted source does not compile (syntax error, missing kernel, ...). */
+  KEVAL_ERROR_COMPILE = 1,
+  /* The kernel failed while running (exception, CUDA error, ...). */
+  KEVAL_ERROR_RUNTIME = 2,
+  /* The request is not usable by this kernel type (missing IOContract, bad metadata, ...). */
+  KEVAL_ERROR_INVALID_REQUEST = 3,
+  /* The plugin cannot do this here (no device of the needed kind, optional entry absent). */
+  KEVAL_ERROR_UNSUPPORTED = 4,
+  /* The plugin or its environment is broken (not the user's fault). */
+  KEVAL_ERROR_INTERNAL = 5
+} keval_error_code;
+
+typedef struct keval_error {
+  size_t struct_size;
+  int32_t code; /* keval_error_code */
+  /* One-line summary. Plugin-owned, valid until error_destroy. Never NULL. */
+  const char* message;
+  /* Full compiler log or traceback, may be NULL. Plugin-owned, valid until error_destroy. */
+  const char* details;
+} keval_error;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tensors: the layout of DLPack's DLTensor / DLManagedTensor (v0.8), field for field, so a    */
+/* plugin may reinterpret these as DLPack types and hand them to torch/cupy zero-copy.         */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum keval_device_type {
+  KEVAL_DEVICE_CPU = 1,  /* kDLCPU */
+  KEVAL_DEVICE_CUDA = 2, /* kDLCUDA */
+} keval_device_type;
+
+typedef struct keval_dl_device {
+  int32_t device_type; /* keval_device_type */
+  int32_t device_id;
+} keval_dl_device;
+
+typedef enum keval_dtype_code {
+  KEVAL_DTYPE_INT = 0,    /* kDLInt */
+  KEVAL_DTYPE_UINT = 1,   /* kDLUInt */
+  KEVAL_DTYPE_FLOAT = 2,  /* kDLFloat */
+  KEVAL_DTYPE_BFLOAT = 4, /* kDLBfloat */
+  KEVAL_DTYPE_BOOL = 6,   /* kDLBool */
+} keval_dtype_code;
+
+typedef struct keval_dl_dtype {
+  uint8_t code;  /* keval_dtype_code */
+  uint8_t bits;  /* 8, 16, 32, 64 */
+  uint16_t lanes; /* always 1 */
+} keval_dl_dtype;
+
+typedef struct keval_dl_tensor {
+  void* data; /* device or host pointer, per `device` */
+  keval_dl_device device;
+  int32_t ndim;
+  keval_dl_dtype dtype;
+  int64_t* shape;
+  int64_t* strides; /* in elements; NULL means compact row-major */
+  uint64_t byte_offset;
+} keval_dl_tensor;
+
+typedef struct keval_dl_managed_tensor {
+  keval_dl_tensor dl_tensor;
+  void* manager_ctx;
+  /* Releases the tensor and everything it owns. May be NULL when nothing needs releasing. */
+  void (*deleter)(struct keval_dl_managed_tensor* self);
+} keval_dl_managed_tensor;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Manifest                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Capability bits of keval_manifest.capabilities. */
+#define KEVAL_CAP_REQUIRES_IO_CONTRACT (1u << 0) /* requests without `io` are rejected (400) */
+#define KEVAL_CAP_DEFAULT_INPUTS (1u << 1)       /* default_inputs() can produce inputs */
+#define KEVAL_CAP_DEVICE_CUDA (1u << 2)          /* runs on CUDA devices */
+#define KEVAL_CAP_DEVICE_CPU (1u << 3)           /* runs on the CPU */
+#define KEVAL_CAP_RETURNS_OUTPUTS (1u << 4)      /* launch returns its outputs (torch style) */
+#define KEVAL_CAP_NEEDS_PYTHON (1u << 5)         /* embeds Python (informational) */
+
+typedef struct keval_manifest {
+  size_t struct_size;
+  /* The request's kernel_type this plugin serves, e.g. "cuda". Plugin-owned, static. */
+  const char* kernel_type;
+  /* The plugin's own version, semver text. Plugin-owned, static. */
+  const char* plugin_version;
+  /* One line for `keval plugins`. Plugin-owned, static. May be NULL. */
+  const char* description;
+  uint32_t capabilities; /* KEVAL_CAP_* */
+} keval_manifest;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Compilation                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct keval_kernel keval_kernel; /* opaque, plugin-defined */
+
+typedef struct keval_compile_args {
+  size_t struct_size;
+  /* Kernel source text, NUL-terminated. Borrowed, call. */
+  const char* source_code;
+  /* The request's `metadata` object as JSON text ("{}" when absent). Borrowed, call. */
+  const char* metadata_json;
+  /* The request's `io` IOContract as JSON text, or NULL when absent. Borrowed, call. */
+  const char* io_contract_json;
+  /* A private directory for this kernel's build files; removed after the job. Borrowed, call. */
+  const char* work_dir;
+  /* Target CUDA architecture as major*10+minor (90 for sm_90), or 0 when no CUDA device is
+   * expected. Known before the device grant so compilation never holds a GPU. */
+  int32_t cuda_arch;
+  /* "ref" or "custom": which side of a comparison this kernel is. Borrowed, call. */
+  const char* side;
+} keval_compile_args;
+
+typedef struct keval_compile_result {
+  size_t struct_size;
+  /* Set by the plugin: the compiled kernel, released with kernel_destroy. */
+  keval_kernel* kernel;
+  /* Set by the plugin: JSON object text with compile details for the result metadata (chosen
+   * kernel name, compiler log, timings), or NULL. Valid until kernel_destroy(kernel). */
+  const char* info_json;
+} keval_compile_result;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Device binding and launching                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct keval_device_args {
+  size_t struct_size;
+  keval_dl_device device;
+  /* The CUstream the core measures (CUDA devices; NULL on the CPU). Opaque to the SDK. */
+  void* stream;
+} keval_device_args;
+
+typedef enum keval_arg_kind {
+  KEVAL_ARG_TENSOR = 0,
+  KEVAL_ARG_INT = 1,
+  KEVAL_ARG_FLOAT = 2,
+  KEVAL_ARG_BOOL = 3,
+  KEVAL_ARG_STR = 4
+} keval_arg_kind;
+
+typedef enum keval_arg_role {
+  KEVAL_ROLE_INPUT = 0,
+  KEVAL_ROLE_OUTPUT = 1,
+  KEVAL_ROLE_INOUT = 2
+} keval_arg_role;
+
+/* One argument, in IOContract order. Borrowed, call (including the tensor it points to). */
+typedef struct keval_arg {
+  size_t struct_size;
+  const char* name;
+  int32_t kind;    /* keval_arg_kind */
+  int32_t role;    /* keval_arg_role */
+  int32_t is_meta; /* Triton constexpr */
+  keval_dl_tensor* tensor; /* KEVAL_ARG_TENSOR */
+  int64_t int_value;       /* KEVAL_ARG_INT, KEVAL_ARG_BOOL (0/1) */
+  double float_value;      /* KEVAL_ARG_FLOAT */
+  const char* str_value;   /* KEVAL_ARG_STR */
+} keval_arg;
+
+typedef struct keval_launch_args {
+  size_t struct_size;
+  const keval_arg* args; /* Borrowed, call. */
+  size_t num_args;
+  /* The stream to enqueue on; the same as bound. NULL on the CPU. */
+  void* stream;
+  /* For plugins with KEVAL_CAP_RETURNS_OUTPUTS: the plugin writes up to `max_outputs` tensors it
+   * produced into `outputs` and their number into *num_outputs. Ownership passes to the core,
+   * which calls each tensor's deleter. NULL for plugins that write into output arguments. */
+  keval_dl_managed_tensor** outputs;
+  size_t max_outputs;
+  size_t* num_outputs;
+} keval_launch_args;
+
+typedef struct keval_default_inputs_args {
+  size_t struct_size;
+  keval_dl_device device;
+  void* stream;
+  uint64_t seed; /* seeds the plugin's RNG so both sides of a compare get identical inputs */
+  keval_dl_managed_tensor** inputs; /* written by the plugin; ownership passes to the core */
+  size_t max_inputs;
+  size_t* num_inputs;
+} keval_default_inputs_args;
+
+/* ------------------------------------------------------------------------------------------ */
+/* The function table                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct keval_plugin_api {
+  size_t struct_size;
+  uint32_t api_major; /* KEVAL_PLUGIN_API_MAJOR the plugin was built with */
+  uint32_t api_minor; /* KEVAL_PLUGIN_API_MINOR the plugin was built with */
+
+  /* Releases an error returned by any call below. */
+  void (*error_destroy)(keval_error* error);
+
+  /* Describes the plugin. Must not initialise heavy dependencies (no CUDA context, no Python
+   * interpreter): the worker calls it to probe plugins. The result is plugin-owned, static. */
+  const keval_manifest* (*manifest)(void);
+
+  /* Compiles source into a kernel. Runs before the device grant: no GPU context may be created.
+   * KEVAL_ERROR_COMPILE means the user's source is at fault; details hold the full log. */
+  keval_error* (*compile)(const keval_compile_args* args, keval_compile_result* result);
+
+  /* Binds a compiled kernel to the granted device (module load, weights to device, ...). Called
+   * once, after the grant, with the device's context current on the calling thread. */
+  keval_error* (*bind_device)(keval_kernel* kernel, const keval_device_args* args);
+
+  /* Produces the kernel's own default inputs (KEVAL_CAP_DEFAULT_INPUTS), else NULL entry. */
+  keval_error* (*default_inputs)(keval_kernel* kernel, const keval_default_inputs_args* args);
+
+  /* Runs the kernel once on the given arguments. Enqueues on args->stream and may return before
+   * the work finishes; the core synchronises and times. */
+  keval_error* (*launch)(keval_kernel* kernel, const keval_launch_args* args);
+
+  /* Releases a kernel from compile(). NULL is ignored. */
+  void (*kernel_destroy)(keval_kernel* kernel);
+} keval_plugin_api;
+
+typedef const keval_plugin_api* (*keval_plugin_entry_fn)(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* KEVAL_PLUGIN_H */

@@ -1,0 +1,151 @@
+#include "protocol/blocking_channel.hpp"
+#include "protocol/frame.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace keval::protocol {
+namespace {
+
+boost::json::object message(const char* type) {
+  boost::json::object m;
+  m["type"] = type;
+  m["payload"] = "x";
+  return m;
+}
+
+TEST(FrameCodec, RoundTripAddsVersion) {
+  FrameDecoder decoder;
+  decoder.feed(encode_frame(message("hello")));
+  auto decoded = decoder.next();
+  ASSERT_TRUE(decoded.has_value());
+  EXPECT_EQ(decoded->at("type").as_string(), "hello");
+  EXPECT_EQ(decoded->at("v").as_int64(), kProtocolVersion);
+  EXPECT_FALSE(decoder.next().has_value());
+  EXPECT_EQ(decoder.pending_bytes(), 0u);
+}
+
+TEST(FrameCodec, DecodesFramesSplitAtEveryByte) {
+  std::string stream = encode_frame(message("a")) + encode_frame(message("b")) +
+                       encode_frame(message("c"));
+  FrameDecoder decoder;
+  std::vector<std::string> types;
+  for (char c : stream) {
+    decoder.feed(std::string_view(&c, 1));
+    while (auto m = decoder.next())
+      types.emplace_back(m->at("type").as_string());
+  }
+  EXPECT_EQ(types, (std::vector<std::string>{"a", "b", "c"}));
+}
+
+TEST(FrameCodec, ManySmallFramesInOneChunk) {
+  std::string stream;
+  for (int i = 0; i < 10000; ++i)
+    stream += encode_frame(message("p"));
+  FrameDecoder decoder;
+  decoder.feed(stream);
+  int count = 0;
+  while (decoder.next())
+    ++count;
+  EXPECT_EQ(count, 10000);
+}
+
+TEST(FrameCodec, RejectsGarbageAtFirstByte) {
+  FrameDecoder decoder;
+  decoder.feed("X");
+  EXPECT_THROW(decoder.next(), ProtocolError);
+}
+
+TEST(FrameCodec, RejectsUserTextOnTheChannel) {
+  FrameDecoder decoder;
+  decoder.feed("hello from a kernel printf\n");
+  try {
+    decoder.next();
+    FAIL() << "garbage accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad frame magic"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FrameCodec, RejectsOversizedLengthBeforeReadingPayload) {
+  FrameDecoder decoder(1024);
+  std::string header = "KEV1";
+  header += std::string("\x7f\xff\xff\xff", 4);
+  decoder.feed(header);
+  try {
+    decoder.next();
+    FAIL() << "oversized frame accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("exceeds the 1024-byte cap"), std::string::npos);
+  }
+}
+
+TEST(FrameCodec, EncoderRefusesOversizedMessage) {
+  boost::json::object big = message("big");
+  big["blob"] = std::string(2048, 'a');
+  EXPECT_THROW(encode_frame(big, 1024), ProtocolError);
+}
+
+std::string raw_frame(std::string_view payload) {
+  std::string frame = "KEV1";
+  const auto n = static_cast<uint32_t>(payload.size());
+  frame += static_cast<char>(n >> 24);
+  frame += static_cast<char>((n >> 16) & 0xff);
+  frame += static_cast<char>((n >> 8) & 0xff);
+  frame += static_cast<char>(n & 0xff);
+  frame += payload;
+  return frame;
+}
+
+TEST(FrameCodec, RejectsInvalidJsonPayload) {
+  FrameDecoder decoder;
+  decoder.feed(raw_frame("{not json"));
+  EXPECT_THROW(decoder.next(), ProtocolError);
+}
+
+TEST(FrameCodec, RejectsNonObjectPayload) {
+  FrameDecoder decoder;
+  decoder.feed(raw_frame("[1,2,3]"));
+  EXPECT_THROW(decoder.next(), ProtocolError);
+}
+
+TEST(FrameCodec, RejectsMissingTypeAndWrongVersion) {
+  FrameDecoder no_type;
+  no_type.feed(raw_frame(R"({"v":1})"));
+  EXPECT_THROW(no_type.next(), ProtocolError);
+  FrameDecoder wrong_version;
+  wrong_version.feed(raw_frame(R"({"v":2,"type":"hello"})"));
+  try {
+    wrong_version.next();
+    FAIL() << "wrong version accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("protocol version 2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(BlockingChannel, SendsAndReceivesOverASocketPair) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  BlockingChannel a(fds[0]), b(fds[1]);
+  boost::json::object big = message("big");
+  big["blob"] = std::string(1 << 20, 'z'); // larger than one socket buffer: forces partial I/O
+  std::thread writer([&] { a.send(big); });
+  auto received = b.receive();
+  writer.join();
+  EXPECT_EQ(received.at("blob").as_string().size(), 1u << 20);
+}
+
+TEST(BlockingChannel, EndOfStreamIsAProtocolError) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  BlockingChannel b(fds[1]);
+  ::close(fds[0]);
+  EXPECT_THROW(b.receive(), ProtocolError);
+}
+
+} // namespace
+} // namespace keval::protocol
