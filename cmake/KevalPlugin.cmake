@@ -11,7 +11,13 @@ function(keval_add_plugin)
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
   target_link_options(${P_NAME} PRIVATE -Wl,--no-undefined)
-  keval_target_defaults(${P_NAME})
+  if(P_TEST_ONLY)
+    # Test plugins stand in for user code, which is never sanitized: a null store must crash
+    # with SIGSEGV as it would in a submitted kernel, not stop in UBSan.
+    target_compile_options(${P_NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  else()
+    keval_target_defaults(${P_NAME})
+  endif()
   if(P_TEST_ONLY)
     set_target_properties(${P_NAME} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${KEVAL_TEST_PLUGIN_OUTPUT_DIR})
   else()

@@ -61,12 +61,6 @@ private:
   std::vector<std::unique_ptr<Tensor>> defaults_;
 };
 
-// The outputs of one launch: views into the binder's output arguments, or tensors the plugin
-// returned (owned here).
-struct Launched {
-  std::vector<ManagedTensor> owned;
-  std::vector<const keval_dl_tensor*> outputs;
-};
 
 // The keval_arg array for one side: clones of the inputs, fresh output tensors, scalars.
 class ArgumentBinder {
@@ -93,6 +87,14 @@ private:
   };
   std::vector<Bound> bound_;
   std::vector<keval_arg> args_;
+};
+
+// The outputs of one launch: views into the binder's output arguments (the binder is kept
+// alive here when the launch owns it), or tensors the plugin returned (owned here).
+struct Launched {
+  std::unique_ptr<ArgumentBinder> binder;
+  std::vector<ManagedTensor> owned;
+  std::vector<const keval_dl_tensor*> outputs;
 };
 
 } // namespace keval::worker

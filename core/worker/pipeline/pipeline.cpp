@@ -308,11 +308,13 @@ private:
   // Launches one side on clones of the trial's inputs, waits, and checks that its read-only
   // inputs are untouched. Throws KernelFailure.
   Launched launch_checked(Side& side, const InputSet& inputs) {
-    ArgumentBinder binder(*engine_, side_contract(side), side.code->io.has_value(), inputs);
-    binder.poison_outputs(*engine_);
-    Launched launched = launch(side, binder);
+    auto binder = std::make_unique<ArgumentBinder>(*engine_, side_contract(side),
+                                                   side.code->io.has_value(), inputs);
+    binder->poison_outputs(*engine_);
+    Launched launched = launch(side, *binder);
+    launched.binder = std::move(binder); // the output views point into it
     synchronize(side);
-    if (auto modified = binder.first_modified_input(*engine_))
+    if (auto modified = launched.binder->first_modified_input(*engine_))
       throw KernelFailure{side.name,
                           error_json("input_modified", side.name + " kernel modified its input "
                                                                    "argument '" +

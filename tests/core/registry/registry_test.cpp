@@ -2,6 +2,8 @@
 
 #include "registry/registry.hpp"
 
+#include <keval/plugin.h>
+
 #include <fstream>
 
 #include <gtest/gtest.h>

@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include <boost/json/serialize.hpp>
 #include <boost/json/value_to.hpp>
 #include <gtest/gtest.h>
 

@@ -16,6 +16,7 @@
 #define KEVAL_TEST_VERSION "0.1.0"
 #endif
 
+#ifndef KEVAL_TEST_NO_ENTRY
 namespace {
 
 const keval_manifest* manifest() {
@@ -42,7 +43,6 @@ const int crash = [] {
 
 } // namespace
 
-#ifndef KEVAL_TEST_NO_ENTRY
 extern "C" KEVAL_PLUGIN_EXPORT const keval_plugin_api* keval_plugin_entry_v1(void) {
   static const keval_plugin_api api{sizeof(keval_plugin_api),
                                     KEVAL_TEST_MAJOR,
