@@ -43,6 +43,16 @@ private:
   std::vector<int64_t> shape_;
 };
 
+// Repeated timing of one launch; see Engine::make_timer.
+class Timer {
+public:
+  virtual ~Timer() = default;
+  // One timed run in milliseconds. Caches are flushed before it, outside the timed region.
+  virtual double sample() = 0;
+  // How samples are taken: "cpu_wall_clock", "cuda_event" or "cuda_graph".
+  virtual std::string method() const = 0;
+};
+
 class Engine {
 public:
   virtual ~Engine() = default;
@@ -68,11 +78,10 @@ public:
   // Waits for all queued work; throws KernelFault if the device reports an error.
   virtual void synchronize() = 0;
 
-  // Timing protocol: one sample of `launch` (which enqueues exactly one kernel invocation),
-  // measured the engine's way, caches flushed before it. Returns milliseconds.
-  virtual double time_sample(const std::function<void()>& launch) = 0;
-  // How samples are taken ("cpu_wall_clock", "cuda_event", "cuda_graph").
-  virtual std::string timing_method() const = 0;
+  // Prepares repeated timing of `launch`, which enqueues exactly one kernel invocation on
+  // stream() with fixed arguments. Engines that can capture it once (a CUDA graph) and replay it;
+  // otherwise each sample calls it. Exceptions from `launch` propagate out of sample().
+  virtual std::unique_ptr<class Timer> make_timer(std::function<void()> launch) = 0;
 };
 
 // The engine for the CPU: plain host memory, steady_clock timing.

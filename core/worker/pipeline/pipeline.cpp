@@ -416,25 +416,31 @@ private:
     struct Timed {
       Side* side;
       std::unique_ptr<ArgumentBinder> binder;
+      std::unique_ptr<Timer> timer;
       std::vector<double> samples;
       int64_t warmup = 0;
     };
     std::vector<Timed> timed;
-    for (auto& side : sides_)
-      timed.push_back({side.get(),
-                       std::make_unique<ArgumentBinder>(*engine_, side_contract(*side),
-                                                        side->code->io.has_value(), inputs)});
-
     try {
+      for (auto& side : sides_) {
+        Timed t{side.get(), std::make_unique<ArgumentBinder>(*engine_, side_contract(*side),
+                                                             side->code->io.has_value(), inputs)};
+        Side* s = t.side;
+        ArgumentBinder* b = t.binder.get();
+        // Returned outputs are released right after the launch returns; for graph replay the
+        // launch runs once, at capture.
+        t.timer = engine_->make_timer([this, s, b] { launch(*s, *b); });
+        timed.push_back(std::move(t));
+      }
       for (auto& t : timed)
-        t.warmup = warm_up(*t.side, *t.binder);
+        t.warmup = warm_up(*t.side, *t.binder, *t.timer);
       for (int64_t i = 0; i < samples; ++i) {
         if (i % std::max<int64_t>(1, samples / 10) == 0)
           progress("profiling", i, samples);
         // Alternate which side goes first so neither always runs right after the other.
         for (size_t k = 0; k < timed.size(); ++k) {
           auto& t = timed[(static_cast<size_t>(i) + k) % timed.size()];
-          t.samples.push_back(sample(*t.side, *t.binder));
+          t.samples.push_back(sample(*t.side, *t.binder, *t.timer));
         }
       }
     } catch (const KernelFailure& failure) {
@@ -445,11 +451,11 @@ private:
 
     json::object result;
     result["ok"] = true;
-    result["method"] = engine_->timing_method();
+    result["method"] = timed.front().timer->method();
     result["device"] = engine_->describe();
     for (auto& t : timed) {
       json::object stats = tensor::to_json(tensor::compute_stats(t.samples));
-      stats["method"] = engine_->timing_method();
+      stats["method"] = t.timer->method();
       stats["warmup_runs"] = t.warmup;
       result[t.side->name] = std::move(stats);
     }
@@ -462,34 +468,24 @@ private:
     send_phase(protocol::msg::kPhaseProfiled, std::move(result));
   }
 
-  // One timed run. Outputs are poisoned before it (so no run can reuse an earlier result) and
-  // released after it, both outside the timed region.
-  double sample(Side& side, ArgumentBinder& binder) {
+  // One timed run. Outputs are poisoned before it (so no run can reuse an earlier result),
+  // outside the timed region; errors the device reports afterwards are the kernel's.
+  double sample(Side& side, ArgumentBinder& binder, Timer& timer) {
     binder.poison_outputs(*engine_);
-    std::optional<KernelFailure> failure;
-    Launched launched;
-    const double ms = engine_->time_sample([&] {
-      try {
-        launched = launch(side, binder);
-      } catch (KernelFailure& f) {
-        failure = std::move(f);
-      }
-    });
-    if (failure)
-      throw *failure;
+    const double ms = timer.sample();
     synchronize(side);
     return ms;
   }
 
   // Runs the kernel until consecutive timings settle (relative change of the running median of
   // the last 5 samples under 5 %), at least 3 and at most 100 runs or 2 s.
-  int64_t warm_up(Side& side, ArgumentBinder& binder) {
+  int64_t warm_up(Side& side, ArgumentBinder& binder, Timer& timer) {
     std::vector<double> recent;
     const auto start = Clock::now();
     double previous_median = -1;
     int64_t runs = 0;
     while (runs < 100 && ms_since(start) < 2000) {
-      recent.push_back(sample(side, binder));
+      recent.push_back(sample(side, binder, timer));
       ++runs;
       if (recent.size() >= 5) {
         std::vector<double> last(recent.end() - 5, recent.end());

@@ -1,0 +1,102 @@
+// The CUDA Driver API, loaded at run time. Nothing in keval links libcuda: binaries start on
+// machines without a driver (CI, the host), and only code that really needs a GPU loads it, once.
+#pragma once
+
+#include <cuda.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace keval::cuda {
+
+// Every driver entry point keval uses. Each member has the exact type cuda.h declares (versioned
+// names such as cuMemAlloc_v2 come through cuda.h's macros) and is resolved by base name with
+// cuGetProcAddress, so the driver hands out the version matching the headers we built with.
+#define KEVAL_CUDA_DRIVER_FUNCTIONS(X)                                                             \
+  X(cuInit)                                                                                        \
+  X(cuDriverGetVersion)                                                                            \
+  X(cuGetErrorName)                                                                                \
+  X(cuGetErrorString)                                                                              \
+  X(cuDeviceGet)                                                                                   \
+  X(cuDeviceGetCount)                                                                              \
+  X(cuDeviceGetName)                                                                               \
+  X(cuDeviceGetAttribute)                                                                          \
+  X(cuDeviceTotalMem)                                                                              \
+  X(cuDeviceGetPCIBusId)                                                                           \
+  X(cuDevicePrimaryCtxRetain)                                                                      \
+  X(cuDevicePrimaryCtxRelease)                                                                     \
+  X(cuCtxSetCurrent)                                                                               \
+  X(cuCtxGetCurrent)                                                                               \
+  X(cuCtxSynchronize)                                                                              \
+  X(cuStreamCreate)                                                                                \
+  X(cuStreamDestroy)                                                                               \
+  X(cuStreamSynchronize)                                                                           \
+  X(cuStreamBeginCapture)                                                                          \
+  X(cuStreamEndCapture)                                                                            \
+  X(cuGraphInstantiateWithFlags)                                                                   \
+  X(cuGraphLaunch)                                                                                 \
+  X(cuGraphExecDestroy)                                                                            \
+  X(cuGraphDestroy)                                                                                \
+  X(cuEventCreate)                                                                                 \
+  X(cuEventRecord)                                                                                 \
+  X(cuEventSynchronize)                                                                            \
+  X(cuEventElapsedTime)                                                                            \
+  X(cuEventDestroy)                                                                                \
+  X(cuMemAlloc)                                                                                    \
+  X(cuMemFree)                                                                                     \
+  X(cuMemGetInfo)                                                                                  \
+  X(cuMemcpyHtoD)                                                                                  \
+  X(cuMemcpyDtoH)                                                                                  \
+  X(cuMemcpyDtoD)                                                                                  \
+  X(cuMemcpyDtoDAsync)                                                                             \
+  X(cuMemcpy2D)                                                                                    \
+  X(cuMemsetD8)                                                                                    \
+  X(cuMemsetD8Async)                                                                               \
+  X(cuMemsetD16)                                                                                   \
+  X(cuMemsetD32)                                                                                   \
+  X(cuModuleLoadData)                                                                              \
+  X(cuModuleUnload)                                                                                \
+  X(cuModuleGetFunction)                                                                           \
+  X(cuFuncSetAttribute)                                                                            \
+  X(cuFuncGetAttribute)                                                                            \
+  X(cuLaunchKernel)
+
+struct DriverApi {
+#define KEVAL_CUDA_DECLARE(name) decltype(&::name) name = nullptr;
+  KEVAL_CUDA_DRIVER_FUNCTIONS(KEVAL_CUDA_DECLARE)
+#undef KEVAL_CUDA_DECLARE
+};
+
+// The driver could not be loaded (no libcuda.so.1, or too old for these headers).
+class DriverUnavailable : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+// A driver call failed. `code` is the CUresult.
+class CudaError : public std::runtime_error {
+public:
+  CudaError(CUresult code, const std::string& message)
+      : std::runtime_error(message), code_(code) {}
+  CUresult code() const noexcept { return code_; }
+
+private:
+  CUresult code_;
+};
+
+// Loads libcuda.so.1 and resolves every function (once, thread-safe). Does not call cuInit.
+// Throws DriverUnavailable with the loader's reason.
+const DriverApi& driver();
+// True when driver() would succeed; `reason` receives why not.
+bool driver_available(std::string* reason = nullptr);
+
+// "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered"
+std::string error_text(CUresult code);
+
+// Throws CudaError("<what>: <error_text>") unless `code` is CUDA_SUCCESS.
+inline void check(CUresult code, const char* what) {
+  if (code != CUDA_SUCCESS)
+    throw CudaError(code, std::string(what) + ": " + error_text(code));
+}
+
+} // namespace keval::cuda
