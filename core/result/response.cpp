@@ -179,9 +179,12 @@ Response build_response(const JobRecord& record) {
   exec["metadata"] = std::move(metadata);
   body["kernel_exec_result"] = std::move(exec);
 
-  // Classification.
+  // Classification. No usable device is the machine's failure, not the kernel's (seed 000: "GPU
+  // resource allocation failure" is a 500).
+  const json::object* validation_error = object_at(validated, "error");
+  const bool no_device = validation_error != nullptr && validation_error->at("type") == "no_device";
   const bool infrastructure =
-      ended_badly && (is_infrastructure_end(outcome->end) || compiled == nullptr);
+      no_device || (ended_badly && (is_infrastructure_end(outcome->end) || compiled == nullptr));
   const bool internal_compile_error =
       custom_compile && !ok_of(custom_compile) &&
       object_at(custom_compile, "error") != nullptr &&
@@ -191,8 +194,9 @@ Response build_response(const JobRecord& record) {
     body["status"] = "failed";
     json::object error;
     error["class"] = "infrastructure";
-    error["message"] = infrastructure ? outcome->message
-                                      : error_text(object_at(custom_compile, "error"));
+    error["message"] = no_device        ? error_text(validation_error)
+                       : infrastructure ? outcome->message
+                                        : error_text(object_at(custom_compile, "error"));
     body["error"] = std::move(error);
   } else {
     const bool passed = ok_of(custom_compile) && ok_of(validated) &&

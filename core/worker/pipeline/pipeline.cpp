@@ -8,6 +8,10 @@
 #include "worker/pipeline/arguments.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
 
+#ifdef KEVAL_HAVE_CUDA
+#include "worker/cuda/cuda_engine.hpp"
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -69,6 +73,8 @@ public:
 
   void run() {
     load_plugins();
+    if (needs_cuda())
+      probe_cuda_once();
     if (!compile_all()) {
       finish();
       return;
@@ -107,6 +113,30 @@ private:
   }
 
   Side& custom() { return *sides_.back(); }
+
+  // ---------------------------------------------------------------------------------------
+  // CUDA availability: known before compiling, so the target architecture is right and a
+  // missing GPU is reported without holding anything.
+
+  bool needs_cuda() const {
+    for (const auto& side : sides_)
+      if (side->plugin->has(KEVAL_CAP_DEVICE_CUDA))
+        return true;
+    return false;
+  }
+
+  void probe_cuda_once() {
+#ifdef KEVAL_HAVE_CUDA
+    const CudaAvailability probe = probe_cuda();
+    cuda_usable_ = probe.usable;
+    cuda_reason_ = probe.reason;
+    if (probe.usable && cuda_arch_ == 0)
+      cuda_arch_ = probe.arch_of_first;
+#else
+    cuda_usable_ = false;
+    cuda_reason_ = "this keval-worker was built without the CUDA toolkit";
+#endif
+  }
   Side* ref() { return sides_.size() > 1 ? sides_.front().get() : nullptr; }
 
   bool compile_all() {
@@ -137,7 +167,7 @@ private:
     args.metadata_json = metadata.c_str();
     args.io_contract_json = io.empty() ? nullptr : io.c_str();
     args.work_dir = dir_text.c_str();
-    args.cuda_arch = job_.cuda_arch;
+    args.cuda_arch = cuda_arch_;
     args.side = side.name.c_str();
     keval_compile_result out{};
     out.struct_size = sizeof out;
@@ -174,13 +204,18 @@ private:
     for (auto& side : sides_)
       common &= side->plugin->manifest().capabilities;
     json::array wanted;
-    if (common & KEVAL_CAP_DEVICE_CUDA)
+    if ((common & KEVAL_CAP_DEVICE_CUDA) && cuda_usable_)
       wanted.emplace_back("cuda");
     if (common & KEVAL_CAP_DEVICE_CPU)
       wanted.emplace_back("cpu");
     if (wanted.empty()) {
-      fail_validation(error_json("unsupported",
-                                 "the reference and custom kernel types share no device type"));
+      if (common & KEVAL_CAP_DEVICE_CUDA)
+        fail_validation(error_json("no_device", "kernel type '" + custom().code->kernel_type +
+                                                    "' needs a CUDA device and none is usable: " +
+                                                    cuda_reason_));
+      else
+        fail_validation(error_json("unsupported",
+                                   "the reference and custom kernel types share no device type"));
       return nullptr;
     }
     json::object need;
@@ -199,6 +234,18 @@ private:
     const std::string type = json::value_to<std::string>(device.at("type"));
     if (type == "cpu")
       return make_cpu_engine();
+#ifdef KEVAL_HAVE_CUDA
+    if (type == "cuda") {
+      const int index = static_cast<int>(device.at("index").to_number<int64_t>());
+      try {
+        return make_cuda_engine(index);
+      } catch (const std::exception& e) {
+        fail_validation(error_json("no_device", "cannot use CUDA device " + std::to_string(index) +
+                                                    ": " + e.what()));
+        return nullptr;
+      }
+    }
+#endif
     fail_validation(error_json("no_device", "device type '" + type +
                                                 "' was granted but this worker has no engine "
                                                 "for it"));
@@ -551,6 +598,9 @@ private:
   std::map<std::string, std::unique_ptr<LoadedPlugin>> plugins_;
   std::vector<std::unique_ptr<Side>> sides_; // ref first (if any), custom last
   std::unique_ptr<Engine> engine_;
+  int cuda_arch_ = job_.cuda_arch; // 0 until known
+  bool cuda_usable_ = false;
+  std::string cuda_reason_;
 };
 
 } // namespace

@@ -2,8 +2,6 @@
 // (raw, zlib, zlib bombs).
 #include "core/request/request_test_util.hpp"
 
-#include <chrono>
-
 #include <gmock/gmock.h>
 
 namespace keval::request::test {
@@ -311,35 +309,20 @@ TEST(TensorData, ZlibTruncatedStream) {
               HasSubstr("zlib data is truncated"));
 }
 
-template <typename Work> std::chrono::nanoseconds time_of(Work&& work) {
-  auto start = std::chrono::steady_clock::now();
-  work();
-  return std::chrono::steady_clock::now() - start;
-}
 
-TEST(TensorData, ZlibBombFailsFast) {
-  // 100 MB of zeros deflate to about 100 KB; the tensor declares 64 bytes.
+TEST(TensorData, ZlibBombIsRejectedAtTheCap) {
+  // 100 MB of zeros deflate to about 100 KB; the tensor declares 64 bytes. Inflation stops at
+  // the declared size (by construction, see detail/zlib_inflate.hpp), so the bomb is never
+  // expanded; the message proves the cap was what stopped it.
   const std::vector<uint8_t> zeros(100u << 20, 0);
   const std::vector<uint8_t> compressed = zlib_compress(zeros);
   std::string fields = R"("data_b64": ")" + encode_base64(compressed) + R"(", "compress": "zlib")";
-  std::string spec = data_spec("[16]", fields);
-
-  std::vector<uint8_t> inflated(zeros.size());
-  auto full_inflation = time_of([&] {
-    uLongf size = inflated.size();
-    ASSERT_EQ(uncompress(inflated.data(), &size, compressed.data(), compressed.size()), Z_OK);
-  });
-  RequestError error("", "");
-  auto rejection = time_of([&] { error = spec_error(spec); });
-
+  const RequestError error = spec_error(data_spec("[16]", fields));
   EXPECT_EQ(error.path(), "io.args[0].tensor_spec.data.data_b64");
   EXPECT_THAT(error.message(), HasSubstr("zlib data inflates to more than 64 bytes (shape [16] "
                                          "float32 needs 64 bytes)"));
-  // The whole request is rejected in a fraction of the time inflating the bomb takes.
-  EXPECT_LT(rejection, full_inflation / 4)
-      << "rejection " << rejection.count() << " ns, full inflation " << full_inflation.count()
-      << " ns";
 }
+
 
 TEST(TensorData, DataChargesTheSizeLimitBeforeDecoding) {
   Limits limits;
