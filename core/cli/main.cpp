@@ -91,7 +91,9 @@ std::string read_input(const std::string& source) {
   return ss.str();
 }
 
-void print(const json::object& body) { std::cout << json::serialize(body) << std::endl; }
+void print(const json::object& body) {
+  std::cout << json::serialize(body) << std::endl;
+}
 
 int cmd_plugins(bool as_json) {
   const auto registry = discover_plugins();
@@ -116,8 +118,8 @@ int cmd_plugins(bool as_json) {
       std::string caps;
       for (const auto& c : keval::capability_names(p.capabilities))
         caps += (caps.empty() ? "" : ",") + c;
-      std::cout << "  " << p.kernel_type << "  v" << p.plugin_version << "  api "
-                << p.api_major << "." << p.api_minor << "  [" << caps << "]\n"
+      std::cout << "  " << p.kernel_type << "  v" << p.plugin_version << "  api " << p.api_major
+                << "." << p.api_minor << "  [" << caps << "]\n"
                 << "      " << p.path.string() << "\n";
       if (!p.description.empty())
         std::cout << "      " << p.description << "\n";

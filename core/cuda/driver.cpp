@@ -23,8 +23,8 @@ Loaded load() {
     return out;
   }
   // Kept loaded for the life of the process: unloading a driver is never worth the risk.
-  using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t,
-                               CUdriverProcAddressQueryResult*);
+  using GetProc =
+      CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
   auto get_proc = reinterpret_cast<GetProc>(::dlsym(handle, "cuGetProcAddress_v2"));
   if (get_proc == nullptr) {
     out.error = "CUDA driver too old: libcuda.so.1 has no cuGetProcAddress_v2 (need CUDA 12+)";

@@ -76,8 +76,7 @@ public:
 // A driver call failed. `code` is the CUresult.
 class CudaError : public std::runtime_error {
 public:
-  CudaError(CUresult code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
+  CudaError(CUresult code, const std::string& message) : std::runtime_error(message), code_(code) {}
   CUresult code() const noexcept { return code_; }
 
 private:

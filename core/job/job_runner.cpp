@@ -108,10 +108,10 @@ result::Response run_job(const request::EvalRequest& request, const registry::Re
   std::error_code ec;
   fs::remove_all(options.work_root / record.job_id, ec);
   result::Response response = result::build_response(record);
-  store.save(record.job_id,
-             record_json(record, request.original,
-                         response.verdict == result::Verdict::infrastructure ? "failed"
-                                                                             : "completed"));
+  store.save(
+      record.job_id,
+      record_json(record, request.original,
+                  response.verdict == result::Verdict::infrastructure ? "failed" : "completed"));
   return response;
 }
 

@@ -46,7 +46,7 @@ result::Response run_job(const request::EvalRequest& request, const registry::Re
                          const store::JobStore& store, const RunOptions& options);
 
 // The record as stored: the request, every phase so far, the outcome and the response.
-boost::json::object record_json(const result::JobRecord& record,
-                                const boost::json::object& request, const std::string& status);
+boost::json::object record_json(const result::JobRecord& record, const boost::json::object& request,
+                                const std::string& status);
 
 } // namespace keval::job

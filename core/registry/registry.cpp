@@ -55,7 +55,8 @@ void probe(PluginInfo& info, const fs::path& worker_exe, std::chrono::millisecon
     return;
   }
   if (r.signal) {
-    info.error = "loading the plugin crashed the probe with " + supervisor::describe_signal(*r.signal);
+    info.error =
+        "loading the plugin crashed the probe with " + supervisor::describe_signal(*r.signal);
     return;
   }
   json::error_code ec;
@@ -75,8 +76,8 @@ void probe(PluginInfo& info, const fs::path& worker_exe, std::chrono::millisecon
   info.description = json::value_to<std::string>(o.at("description"));
   info.api_major = static_cast<uint32_t>(o.at("api_major").to_number<int64_t>());
   info.api_minor = static_cast<uint32_t>(o.at("api_minor").to_number<int64_t>());
-  info.capabilities = capabilities_from_names(
-      json::value_to<std::vector<std::string>>(o.at("capabilities")));
+  info.capabilities =
+      capabilities_from_names(json::value_to<std::vector<std::string>>(o.at("capabilities")));
   // The worker already refused incompatible versions; judging again here keeps the policy in
   // the host even if a different worker binary answered.
   if (auto problem = api_version_problem(info.api_major, info.api_minor))

@@ -186,8 +186,7 @@ Response build_response(const JobRecord& record) {
   const bool infrastructure =
       no_device || (ended_badly && (is_infrastructure_end(outcome->end) || compiled == nullptr));
   const bool internal_compile_error =
-      custom_compile && !ok_of(custom_compile) &&
-      object_at(custom_compile, "error") != nullptr &&
+      custom_compile && !ok_of(custom_compile) && object_at(custom_compile, "error") != nullptr &&
       object_at(custom_compile, "error")->at("type") == "internal_error";
   if (infrastructure || internal_compile_error) {
     response.verdict = Verdict::infrastructure;

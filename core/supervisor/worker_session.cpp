@@ -40,8 +40,8 @@ public:
   Session(asio::any_io_executor executor, JobLaunch launch, SessionHandlers handlers)
       : strand_(asio::make_strand(executor)), launch_(std::move(launch)),
         handlers_(std::move(handlers)), socket_(strand_), out_pipe_(strand_), err_pipe_(strand_),
-        timer_(strand_), drain_timer_(strand_), out_(launch_.output_cap),
-        err_(launch_.output_cap), budget_left_(launch_.timeout) {}
+        timer_(strand_), drain_timer_(strand_), out_(launch_.output_cap), err_(launch_.output_cap),
+        budget_left_(launch_.timeout) {}
 
   void begin() {
     started_ = Clock::now();
@@ -80,18 +80,17 @@ private:
   // --- reading ---------------------------------------------------------------------------
 
   void read_socket() {
-    socket_.async_read_some(
-        asio::buffer(socket_buf_),
-        [self = shared_from_this()](boost::system::error_code ec, size_t n) {
-          if (n > 0)
-            self->on_bytes(std::string_view(self->socket_buf_.data(), n));
-          if (ec || self->socket_closed_) {
-            self->socket_closed_ = true;
-            self->maybe_finish();
-            return;
-          }
-          self->read_socket();
-        });
+    socket_.async_read_some(asio::buffer(socket_buf_),
+                            [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+                              if (n > 0)
+                                self->on_bytes(std::string_view(self->socket_buf_.data(), n));
+                              if (ec || self->socket_closed_) {
+                                self->socket_closed_ = true;
+                                self->maybe_finish();
+                                return;
+                              }
+                              self->read_socket();
+                            });
   }
 
   void read_pipe(asio::readable_pipe& pipe, std::array<char, 16384>& buf, CappedOutput& sink,
@@ -347,8 +346,8 @@ private:
 
 std::shared_ptr<WorkerSession> WorkerSession::start(asio::any_io_executor executor,
                                                     JobLaunch launch, SessionHandlers handlers) {
-  auto session = std::make_shared<Session>(std::move(executor), std::move(launch),
-                                           std::move(handlers));
+  auto session =
+      std::make_shared<Session>(std::move(executor), std::move(launch), std::move(handlers));
   session->begin();
   return session;
 }

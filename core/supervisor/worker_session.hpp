@@ -23,7 +23,7 @@ namespace keval::supervisor {
 struct JobLaunch {
   std::filesystem::path worker_exe;
   std::string job_id;
-  std::string mode; // "evaluate" or "compare"
+  std::string mode;            // "evaluate" or "compare"
   boost::json::object request; // as the client sent it; the worker parses it again
   std::map<std::string, std::filesystem::path> plugins; // kernel_type -> library
   std::filesystem::path work_dir;
@@ -46,8 +46,8 @@ struct SessionOutcome {
     spawn_failed,   // it never started
   };
   End end = End::completed;
-  std::string message;     // human description for every end but completed
-  std::string stage;       // what the worker was doing when it ended ("compiling", ...)
+  std::string message; // human description for every end but completed
+  std::string stage;   // what the worker was doing when it ended ("compiling", ...)
   std::optional<int> exit_code;
   std::optional<int> signal;
   std::string stdout_text, stderr_text;

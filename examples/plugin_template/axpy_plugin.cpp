@@ -16,8 +16,8 @@ using keval::sdk::Error;
 float* floats(const keval_arg& arg) {
   const keval_dl_tensor* t = arg.tensor;
   if (t->dtype.code != KEVAL_DTYPE_FLOAT || t->dtype.bits != 32)
-    throw Error(KEVAL_ERROR_INVALID_REQUEST, std::string("argument '") + arg.name +
-                                                 "' must be float32");
+    throw Error(KEVAL_ERROR_INVALID_REQUEST,
+                std::string("argument '") + arg.name + "' must be float32");
   return reinterpret_cast<float*>(static_cast<char*>(t->data) + t->byte_offset);
 }
 

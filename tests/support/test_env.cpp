@@ -17,11 +17,21 @@ namespace keval::test {
 namespace fs = std::filesystem;
 namespace json = boost::json;
 
-fs::path bin_dir() { return KEVAL_TEST_BIN_DIR; }
-fs::path worker_exe() { return bin_dir() / "keval-worker"; }
-fs::path keval_exe() { return bin_dir() / "keval"; }
-fs::path plugin_dir() { return KEVAL_TEST_PLUGIN_DIR; }
-fs::path test_plugin_dir() { return KEVAL_TEST_FAULT_PLUGIN_DIR; }
+fs::path bin_dir() {
+  return KEVAL_TEST_BIN_DIR;
+}
+fs::path worker_exe() {
+  return bin_dir() / "keval-worker";
+}
+fs::path keval_exe() {
+  return bin_dir() / "keval";
+}
+fs::path plugin_dir() {
+  return KEVAL_TEST_PLUGIN_DIR;
+}
+fs::path test_plugin_dir() {
+  return KEVAL_TEST_FAULT_PLUGIN_DIR;
+}
 
 TempDir::TempDir() {
   std::random_device rd;
@@ -37,10 +47,12 @@ TempDir::~TempDir() {
 json::object scale_io(int64_t n) {
   return json::parse(R"({"args": [
       {"name": "x", "type": "tensor", "role": "input",
-       "tensor_spec": {"shape": [)" + std::to_string(n) + R"(], "dtype": "float32",
+       "tensor_spec": {"shape": [)" +
+                     std::to_string(n) + R"(], "dtype": "float32",
                        "init": {"kind": "randn", "seed": 7}}},
       {"name": "y", "type": "tensor", "role": "output",
-       "tensor_spec": {"shape": [)" + std::to_string(n) + R"(], "dtype": "float32"}}]})")
+       "tensor_spec": {"shape": [)" +
+                     std::to_string(n) + R"(], "dtype": "float32"}}]})")
       .as_object();
 }
 

@@ -17,8 +17,8 @@ namespace keval::test {
 std::filesystem::path bin_dir();
 std::filesystem::path worker_exe();
 std::filesystem::path keval_exe();
-std::filesystem::path plugin_dir();       // build/lib/keval/plugins
-std::filesystem::path test_plugin_dir();  // build/lib/keval/test-plugins (fault plugin)
+std::filesystem::path plugin_dir();      // build/lib/keval/plugins
+std::filesystem::path test_plugin_dir(); // build/lib/keval/test-plugins (fault plugin)
 
 // A fresh temporary directory, removed by the destructor.
 class TempDir {

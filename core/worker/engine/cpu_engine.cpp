@@ -39,7 +39,9 @@ private:
   std::function<void()> launch_;
 };
 
-CpuTensor& as_cpu(Tensor& t) { return static_cast<CpuTensor&>(t); }
+CpuTensor& as_cpu(Tensor& t) {
+  return static_cast<CpuTensor&>(t);
+}
 
 class CpuEngine final : public Engine {
 public:
@@ -106,6 +108,8 @@ public:
 
 } // namespace
 
-std::unique_ptr<Engine> make_cpu_engine() { return std::make_unique<CpuEngine>(); }
+std::unique_ptr<Engine> make_cpu_engine() {
+  return std::make_unique<CpuEngine>();
+}
 
 } // namespace keval::worker

@@ -70,8 +70,7 @@ public:
   // Copies a contiguous clone of `source` (same dtype and shape) into a new tensor.
   virtual std::unique_ptr<Tensor> clone(const keval_dl_tensor& source) = 0;
   virtual void poison(Tensor& tensor) = 0;
-  virtual tensor::Comparison compare(const keval_dl_tensor& expected,
-                                     const keval_dl_tensor& actual,
+  virtual tensor::Comparison compare(const keval_dl_tensor& expected, const keval_dl_tensor& actual,
                                      const request::Tolerance& tolerance) = 0;
   // Bitwise equality of two tensors of the same dtype and shape (input tampering check).
   virtual bool same_bytes(const keval_dl_tensor& a, const keval_dl_tensor& b) = 0;

@@ -49,7 +49,8 @@ InputSet InputSet::from_contracts(Engine& engine,
     ContractInputs inputs;
     inputs.contract = contract;
     for (const auto& arg : contract->args) {
-      const bool is_input = arg.type == request::ArgType::tensor && arg.role != request::Role::output;
+      const bool is_input =
+          arg.type == request::ArgType::tensor && arg.role != request::Role::output;
       inputs.tensors.push_back(is_input ? materialise(engine, arg, trial, job_seed) : nullptr);
     }
     set.contracts_.push_back(std::move(inputs));

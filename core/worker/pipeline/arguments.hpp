@@ -61,7 +61,6 @@ private:
   std::vector<std::unique_ptr<Tensor>> defaults_;
 };
 
-
 // The keval_arg array for one side: clones of the inputs, fresh output tensors, scalars.
 class ArgumentBinder {
 public:
@@ -81,7 +80,7 @@ private:
   struct Bound {
     std::string name;
     request::Role role = request::Role::input;
-    std::unique_ptr<Tensor> tensor;  // tensor arguments
+    std::unique_ptr<Tensor> tensor;   // tensor arguments
     const Tensor* pristine = nullptr; // inputs: what the clone must still equal
     std::string str_value;            // keeps str scalars alive
   };

@@ -99,8 +99,7 @@ private:
         continue;
       auto it = job_.plugins.find(code->kernel_type);
       if (it == job_.plugins.end())
-        throw std::runtime_error("job names no plugin for kernel_type '" + code->kernel_type +
-                                 "'");
+        throw std::runtime_error("job names no plugin for kernel_type '" + code->kernel_type + "'");
       auto& slot = plugins_[code->kernel_type];
       if (!slot)
         slot = std::make_unique<LoadedPlugin>(it->second);
@@ -137,7 +136,9 @@ private:
     cuda_reason_ = "this keval-worker was built without the CUDA toolkit";
 #endif
   }
-  Side* ref() { return sides_.size() > 1 ? sides_.front().get() : nullptr; }
+  Side* ref() {
+    return sides_.size() > 1 ? sides_.front().get() : nullptr;
+  }
 
   bool compile_all() {
     json::object result;
@@ -210,9 +211,9 @@ private:
       wanted.emplace_back("cpu");
     if (wanted.empty()) {
       if (common & KEVAL_CAP_DEVICE_CUDA)
-        fail_validation(error_json("no_device", "kernel type '" + custom().code->kernel_type +
-                                                    "' needs a CUDA device and none is usable: " +
-                                                    cuda_reason_));
+        fail_validation(error_json(
+            "no_device", "kernel type '" + custom().code->kernel_type +
+                             "' needs a CUDA device and none is usable: " + cuda_reason_));
       else
         fail_validation(error_json("unsupported",
                                    "the reference and custom kernel types share no device type"));
@@ -260,10 +261,10 @@ private:
     for (auto& side : sides_) {
       PluginError error(side->plugin->api(), side->plugin->api().bind_device(side->kernel, &args));
       if (error) {
-        fail_validation(error_json(error_code_name(error.code()),
-                                   side->name + " kernel failed to bind to the device: " +
-                                       error.message(),
-                                   error.details()));
+        fail_validation(
+            error_json(error_code_name(error.code()),
+                       side->name + " kernel failed to bind to the device: " + error.message(),
+                       error.details()));
         return false;
       }
     }
@@ -292,7 +293,8 @@ private:
         if (!passed) {
           result["ok"] = false;
           result["trials"] = std::move(trial_results);
-          result["error"] = error_json("mismatch", "trial " + std::to_string(trial) + ": " + problem);
+          result["error"] =
+              error_json("mismatch", "trial " + std::to_string(trial) + ": " + problem);
           send_phase(protocol::msg::kPhaseValidated, std::move(result));
           return false;
         }
@@ -362,10 +364,10 @@ private:
     launched.binder = std::move(binder); // the output views point into it
     synchronize(side);
     if (auto modified = launched.binder->first_modified_input(*engine_))
-      throw KernelFailure{side.name,
-                          error_json("input_modified", side.name + " kernel modified its input "
-                                                                   "argument '" +
-                                                           *modified + "'")};
+      throw KernelFailure{side.name, error_json("input_modified", side.name +
+                                                                      " kernel modified its input "
+                                                                      "argument '" +
+                                                                      *modified + "'")};
     return launched;
   }
 
@@ -388,10 +390,9 @@ private:
     for (size_t i = 0; i < num_returned; ++i)
       launched.owned.emplace_back(returned[i]);
     if (error)
-      throw KernelFailure{side.name,
-                          error_json(error_code_name(error.code()),
-                                     side.name + " kernel failed: " + error.message(),
-                                     error.details())};
+      throw KernelFailure{side.name, error_json(error_code_name(error.code()),
+                                                side.name + " kernel failed: " + error.message(),
+                                                error.details())};
     if (side.returns_outputs()) {
       for (auto& t : launched.owned)
         launched.outputs.push_back(&t.get()->dl_tensor);
@@ -429,10 +430,10 @@ private:
         return InputSet::from_contracts(*engine_, contracts(), trial, job_.seed);
     Side& provider = ref() != nullptr ? *ref() : custom();
     if (!provider.plugin->has(KEVAL_CAP_DEFAULT_INPUTS))
-      throw KernelFailure{provider.name,
-                          error_json("no_inputs", "the request has no IOContract and kernel type '" +
-                                                      provider.code->kernel_type +
-                                                      "' cannot produce default inputs")};
+      throw KernelFailure{
+          provider.name, error_json("no_inputs", "the request has no IOContract and kernel type '" +
+                                                     provider.code->kernel_type +
+                                                     "' cannot produce default inputs")};
     try {
       return InputSet::from_plugin(*engine_, provider.plugin->api(), provider.kernel,
                                    tensor::trial_seed(job_.seed, trial));

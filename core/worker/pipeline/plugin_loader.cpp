@@ -26,8 +26,7 @@ std::string loader_error_text(const std::filesystem::path& path,
 LoadedPlugin::LoadedPlugin(const std::filesystem::path& path) : path_(path) {
   boost::system::error_code ec;
   // Local binding: two plugins may carry different copies of the same library symbols.
-  library_.load(path, ec,
-                boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
+  library_.load(path, ec, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
   if (ec)
     throw PluginLoadError("cannot load " + path.string() + ": " + loader_error_text(path, ec));
   if (!library_.has(KEVAL_PLUGIN_ENTRY_NAME))
@@ -69,7 +68,9 @@ boost::json::object LoadedPlugin::describe() const {
   return o;
 }
 
-int32_t PluginError::code() const { return error_ ? error_->code : 0; }
+int32_t PluginError::code() const {
+  return error_ ? error_->code : 0;
+}
 
 std::string PluginError::message() const {
   if (!error_)

@@ -98,8 +98,8 @@ typedef enum keval_dtype_code {
 } keval_dtype_code;
 
 typedef struct keval_dl_dtype {
-  uint8_t code;  /* keval_dtype_code */
-  uint8_t bits;  /* 8, 16, 32, 64 */
+  uint8_t code;   /* keval_dtype_code */
+  uint8_t bits;   /* 8, 16, 32, 64 */
   uint16_t lanes; /* always 1 */
 } keval_dl_dtype;
 
@@ -204,9 +204,9 @@ typedef enum keval_arg_role {
 typedef struct keval_arg {
   size_t struct_size;
   const char* name;
-  int32_t kind;    /* keval_arg_kind */
-  int32_t role;    /* keval_arg_role */
-  int32_t is_meta; /* Triton constexpr */
+  int32_t kind;            /* keval_arg_kind */
+  int32_t role;            /* keval_arg_role */
+  int32_t is_meta;         /* Triton constexpr */
   keval_dl_tensor* tensor; /* KEVAL_ARG_TENSOR */
   int64_t int_value;       /* KEVAL_ARG_INT, KEVAL_ARG_BOOL (0/1) */
   double float_value;      /* KEVAL_ARG_FLOAT */

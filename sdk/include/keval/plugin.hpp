@@ -46,11 +46,11 @@ private:
 // What compile() receives. Views are valid for the duration of the call.
 struct CompileInput {
   std::string_view source_code;
-  std::string_view metadata_json;     // "{}" when the request had none
-  const char* io_contract_json;       // nullptr when the request had no `io`
-  std::string_view work_dir;          // private, removed after the job
-  int cuda_arch = 0;                  // 90 for sm_90; 0 when no CUDA device is expected
-  std::string_view side;              // "ref" or "custom"
+  std::string_view metadata_json; // "{}" when the request had none
+  const char* io_contract_json;   // nullptr when the request had no `io`
+  std::string_view work_dir;      // private, removed after the job
+  int cuda_arch = 0;              // 90 for sm_90; 0 when no CUDA device is expected
+  std::string_view side;          // "ref" or "custom"
 };
 
 // What launch() receives. Arguments are in IOContract order.
@@ -73,8 +73,8 @@ public:
     if (*args_.num_outputs >= args_.max_outputs) {
       if (tensor != nullptr && tensor->deleter != nullptr)
         tensor->deleter(tensor);
-      throw Error(KEVAL_ERROR_RUNTIME, "kernel returned more than " +
-                                           std::to_string(args_.max_outputs) + " outputs");
+      throw Error(KEVAL_ERROR_RUNTIME,
+                  "kernel returned more than " + std::to_string(args_.max_outputs) + " outputs");
     }
     args_.outputs[(*args_.num_outputs)++] = tensor;
   }
@@ -160,15 +160,15 @@ inline keval_error* make_error(keval_error_code code, std::string message,
 }
 
 inline void destroy_error(keval_error* error) noexcept {
-  if (error == nullptr || std::strcmp(error->message, "out of memory while reporting an error") == 0)
+  if (error == nullptr ||
+      std::strcmp(error->message, "out of memory while reporting an error") == 0)
     return;
   // keval_error is the first member of the standard-layout OwnedError.
   delete reinterpret_cast<OwnedError*>(error);
 }
 
 // Runs `body`, converting any exception into a keval_error*.
-template <class Body>
-keval_error* guarded(keval_error_code fallback, Body&& body) noexcept {
+template <class Body> keval_error* guarded(keval_error_code fallback, Body&& body) noexcept {
   try {
     body();
     return nullptr;

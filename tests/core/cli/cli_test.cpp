@@ -29,8 +29,8 @@ TEST(Cli, VersionAndUsage) {
 TEST(Cli, PluginsListsBuiltPluginsAndLoadErrors) {
   TempDir tmp;
   std::ofstream(tmp.path() / "libbroken.so") << "garbage";
-  auto r = run_keval({"plugins"}, {"KEVAL_PLUGIN_PATH=" + test_plugin_dir().string() + ":" +
-                                   tmp.path().string()});
+  auto r = run_keval(
+      {"plugins"}, {"KEVAL_PLUGIN_PATH=" + test_plugin_dir().string() + ":" + tmp.path().string()});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("fault  v1.0.0  api 1.0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(not loaded)"), std::string::npos) << r.out;
@@ -56,8 +56,8 @@ TEST(Cli, EvaluateSuccessPrintsSeedResponseAndExitsZero) {
 
 TEST(Cli, KernelFailureExitsOne) {
   TempDir tmp;
-  const auto path =
-      write_request(tmp.path(), "bad.json", fault_evaluate(json::object{{"fault", "compile_error"}}));
+  const auto path = write_request(tmp.path(), "bad.json",
+                                  fault_evaluate(json::object{{"fault", "compile_error"}}));
   auto r = run_keval({"evaluate", path.string()}, fault_env());
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_FALSE(json::parse(r.out).at("kernel_exec_result").at("compiled").as_bool());
@@ -66,7 +66,11 @@ TEST(Cli, KernelFailureExitsOne) {
 TEST(Cli, MalformedRequestExitsTwoNamingTheField) {
   TempDir tmp;
   auto request = fault_evaluate({});
-  request["kernel"].as_object()["io"].as_object()["args"].as_array()[0].as_object()["tensor_spec"]
+  request["kernel"]
+      .as_object()["io"]
+      .as_object()["args"]
+      .as_array()[0]
+      .as_object()["tensor_spec"]
       .as_object()["shape"] = json::array{64, 0};
   const auto path = write_request(tmp.path(), "malformed.json", request);
   auto r = run_keval({"evaluate", path.string()}, fault_env());
@@ -97,8 +101,8 @@ TEST(Cli, MissingRequiredIoContractIsABadRequest) {
 
 TEST(Cli, TimeoutExitsThreeAndKeepsCompileResult) {
   TempDir tmp;
-  const auto path = write_request(
-      tmp.path(), "hang.json", fault_evaluate(json::object{{"fault", "hang_after_compile"}}, 2));
+  const auto path = write_request(tmp.path(), "hang.json",
+                                  fault_evaluate(json::object{{"fault", "hang_after_compile"}}, 2));
   auto r = run_keval({"evaluate", path.string()}, fault_env());
   EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
   const auto body = json::parse(r.out).as_object();
@@ -109,11 +113,11 @@ TEST(Cli, CompareReadsStdinRequestFile) {
   TempDir tmp;
   const auto path = write_request(tmp.path(), "cmp.json", fault_compare({}, {}));
   // `-` reads the request from standard input.
-  auto r = supervisor::run_command(
-      "/bin/sh",
-      {"-c", "KEVAL_PLUGIN_PATH=" + test_plugin_dir().string() + " " + keval_exe().string() +
-                 " compare - < " + path.string()},
-      std::chrono::seconds(60));
+  auto r =
+      supervisor::run_command("/bin/sh",
+                              {"-c", "KEVAL_PLUGIN_PATH=" + test_plugin_dir().string() + " " +
+                                         keval_exe().string() + " compare - < " + path.string()},
+                              std::chrono::seconds(60));
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(json::parse(r.out).at("kernel_exec_result").at("correctness").as_bool());
 }
@@ -121,9 +125,9 @@ TEST(Cli, CompareReadsStdinRequestFile) {
 TEST(Cli, KeepRecordLeavesThePersistedJob) {
   TempDir tmp;
   const auto path = write_request(tmp.path(), "ok.json", fault_evaluate({}));
-  auto r = run_keval({"evaluate", path.string(), "--keep-record", "--state-dir",
-                      (tmp.path() / "state").string()},
-                     fault_env());
+  auto r = run_keval(
+      {"evaluate", path.string(), "--keep-record", "--state-dir", (tmp.path() / "state").string()},
+      fault_env());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string id = std::string(json::parse(r.out).at("job_id").as_string());
   const auto record = tmp.path() / "state" / "jobs" / (id + ".json");

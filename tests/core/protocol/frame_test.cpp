@@ -30,8 +30,8 @@ TEST(FrameCodec, RoundTripAddsVersion) {
 }
 
 TEST(FrameCodec, DecodesFramesSplitAtEveryByte) {
-  std::string stream = encode_frame(message("a")) + encode_frame(message("b")) +
-                       encode_frame(message("c"));
+  std::string stream =
+      encode_frame(message("a")) + encode_frame(message("b")) + encode_frame(message("c"));
   FrameDecoder decoder;
   std::vector<std::string> types;
   for (char c : stream) {

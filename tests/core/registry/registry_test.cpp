@@ -30,8 +30,8 @@ fs::path plugin_dir_with(const TempDir& tmp, const std::string& sub,
 
 TEST(Registry, GoodPluginIsUsableWithItsManifest) {
   TempDir tmp;
-  const auto reg = Registry::discover({plugin_dir_with(tmp, "a", {"keval_test_good"})},
-                                      worker_exe());
+  const auto reg =
+      Registry::discover({plugin_dir_with(tmp, "a", {"keval_test_good"})}, worker_exe());
   ASSERT_EQ(reg.plugins().size(), 1u);
   const auto* p = reg.find("registry_good");
   ASSERT_NE(p, nullptr) << reg.plugins()[0].error;
@@ -42,8 +42,8 @@ TEST(Registry, GoodPluginIsUsableWithItsManifest) {
 
 TEST(Registry, WrongMajorIsRejectedWithTheReason) {
   TempDir tmp;
-  const auto reg = Registry::discover({plugin_dir_with(tmp, "a", {"keval_test_wrong_major"})},
-                                      worker_exe());
+  const auto reg =
+      Registry::discover({plugin_dir_with(tmp, "a", {"keval_test_wrong_major"})}, worker_exe());
   ASSERT_EQ(reg.plugins().size(), 1u);
   EXPECT_FALSE(reg.plugins()[0].usable());
   EXPECT_NE(reg.plugins()[0].error.find("major version mismatch"), std::string::npos)
@@ -53,8 +53,8 @@ TEST(Registry, WrongMajorIsRejectedWithTheReason) {
 
 TEST(Registry, NewerMinorIsRejected) {
   TempDir tmp;
-  const auto reg = Registry::discover({plugin_dir_with(tmp, "a", {"keval_test_newer_minor"})},
-                                      worker_exe());
+  const auto reg =
+      Registry::discover({plugin_dir_with(tmp, "a", {"keval_test_newer_minor"})}, worker_exe());
   ASSERT_EQ(reg.plugins().size(), 1u);
   EXPECT_NE(reg.plugins()[0].error.find("newer API 1.7"), std::string::npos)
       << reg.plugins()[0].error;
@@ -62,8 +62,8 @@ TEST(Registry, NewerMinorIsRejected) {
 
 TEST(Registry, MissingEntrySymbolIsRejectedWithoutLoading) {
   TempDir tmp;
-  const auto reg = Registry::discover({plugin_dir_with(tmp, "a", {"keval_test_no_entry"})},
-                                      worker_exe());
+  const auto reg =
+      Registry::discover({plugin_dir_with(tmp, "a", {"keval_test_no_entry"})}, worker_exe());
   ASSERT_EQ(reg.plugins().size(), 1u);
   EXPECT_NE(reg.plugins()[0].error.find("missing entry symbol keval_plugin_entry_v1"),
             std::string::npos)

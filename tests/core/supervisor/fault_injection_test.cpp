@@ -15,16 +15,24 @@ namespace {
 namespace json = boost::json;
 using result::Verdict;
 
-json::object meta(const char* fault) { return json::object{{"fault", fault}}; }
+json::object meta(const char* fault) {
+  return json::object{{"fault", fault}};
+}
 
-std::string str(const json::value& v) { return v.is_string() ? std::string(v.as_string()) : ""; }
+std::string str(const json::value& v) {
+  return v.is_string() ? std::string(v.as_string()) : "";
+}
 
 const json::object& exec_result(const result::Response& r) {
   return r.body.at("kernel_exec_result").as_object();
 }
 
-bool compiled(const result::Response& r) { return exec_result(r).at("compiled").as_bool(); }
-bool correct(const result::Response& r) { return exec_result(r).at("correctness").as_bool(); }
+bool compiled(const result::Response& r) {
+  return exec_result(r).at("compiled").as_bool();
+}
+bool correct(const result::Response& r) {
+  return exec_result(r).at("correctness").as_bool();
+}
 
 const json::object& worker(const result::Response& r) {
   return exec_result(r).at("metadata").as_object().at("worker").as_object();
@@ -183,8 +191,7 @@ TEST(FaultInjection, FaultOnlyOnTheCustomSideBlamesTheCustomKernel) {
   m["fault_side"] = "custom";
   const auto r = run_request(fault_compare(m, m), true);
   EXPECT_EQ(r.verdict, Verdict::kernel_failed);
-  const auto& validation =
-      exec_result(r).at("metadata").as_object().at("validation").as_object();
+  const auto& validation = exec_result(r).at("metadata").as_object().at("validation").as_object();
   EXPECT_EQ(str(validation.at("failed_side")), "custom");
 }
 

@@ -67,8 +67,8 @@ int64_t numel(const keval_dl_tensor& t) {
 
 float* float_data(const keval_dl_tensor& t, const char* what) {
   if (t.dtype.code != KEVAL_DTYPE_FLOAT || t.dtype.bits != 32)
-    throw Error(KEVAL_ERROR_RUNTIME, std::string("fault plugin supports float32 only (") + what +
-                                         ")");
+    throw Error(KEVAL_ERROR_RUNTIME,
+                std::string("fault plugin supports float32 only (") + what + ")");
   if (t.device.device_type != KEVAL_DEVICE_CPU)
     throw Error(KEVAL_ERROR_UNSUPPORTED, "fault plugin runs on the CPU only");
   return reinterpret_cast<float*>(static_cast<char*>(t.data) + t.byte_offset);

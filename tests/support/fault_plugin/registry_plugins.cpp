@@ -29,8 +29,12 @@ keval_error* compile(const keval_compile_args*, keval_compile_result*) {
   static keval_error e{sizeof(keval_error), KEVAL_ERROR_UNSUPPORTED, "test plugin", nullptr};
   return &e;
 }
-keval_error* bind(keval_kernel*, const keval_device_args*) { return nullptr; }
-keval_error* launch(keval_kernel*, const keval_launch_args*) { return nullptr; }
+keval_error* bind(keval_kernel*, const keval_device_args*) {
+  return nullptr;
+}
+keval_error* launch(keval_kernel*, const keval_launch_args*) {
+  return nullptr;
+}
 void destroy(keval_kernel*) {}
 
 #ifdef KEVAL_TEST_CRASH_ON_LOAD
@@ -58,5 +62,7 @@ extern "C" KEVAL_PLUGIN_EXPORT const keval_plugin_api* keval_plugin_entry_v1(voi
 }
 #else
 // Exports something, just not the entry point.
-extern "C" KEVAL_PLUGIN_EXPORT int not_a_keval_plugin(void) { return 42; }
+extern "C" KEVAL_PLUGIN_EXPORT int not_a_keval_plugin(void) {
+  return 42;
+}
 #endif
