@@ -34,6 +34,7 @@ namespace keval::cuda {
   X(cuStreamBeginCapture)                                                                          \
   X(cuStreamEndCapture)                                                                            \
   X(cuGraphInstantiateWithFlags)                                                                   \
+  X(cuGraphGetNodes)                                                                               \
   X(cuGraphLaunch)                                                                                 \
   X(cuGraphExecDestroy)                                                                            \
   X(cuGraphDestroy)                                                                                \
@@ -46,19 +47,24 @@ namespace keval::cuda {
   X(cuMemFree)                                                                                     \
   X(cuMemGetInfo)                                                                                  \
   X(cuMemcpyHtoD)                                                                                  \
+  X(cuMemcpyHtoDAsync)                                                                             \
   X(cuMemcpyDtoH)                                                                                  \
+  X(cuMemcpyDtoHAsync)                                                                             \
   X(cuMemcpyDtoD)                                                                                  \
   X(cuMemcpyDtoDAsync)                                                                             \
   X(cuMemcpy2D)                                                                                    \
   X(cuMemsetD8)                                                                                    \
   X(cuMemsetD8Async)                                                                               \
   X(cuMemsetD16)                                                                                   \
+  X(cuMemsetD16Async)                                                                              \
   X(cuMemsetD32)                                                                                   \
+  X(cuMemsetD32Async)                                                                              \
   X(cuModuleLoadData)                                                                              \
   X(cuModuleUnload)                                                                                \
   X(cuModuleGetFunction)                                                                           \
   X(cuFuncSetAttribute)                                                                            \
   X(cuFuncGetAttribute)                                                                            \
+  X(cuFuncGetParamInfo)                                                                            \
   X(cuLaunchKernel)
 
 struct DriverApi {

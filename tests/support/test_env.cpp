@@ -87,12 +87,20 @@ json::object fault_compare(json::object ref_metadata, json::object custom_metada
   return request;
 }
 
-registry::Registry fault_registry() {
-  return registry::Registry::discover({test_plugin_dir()}, worker_exe());
+const registry::Registry& fault_registry() {
+  static const registry::Registry registry =
+      registry::Registry::discover({test_plugin_dir()}, worker_exe());
+  return registry;
 }
 
-result::Response run_request(const json::object& request, bool compare) {
-  static const registry::Registry registry = fault_registry();
+const registry::Registry& built_registry() {
+  static const registry::Registry registry =
+      registry::Registry::discover({plugin_dir()}, worker_exe());
+  return registry;
+}
+
+result::Response run_request(const json::object& request, bool compare,
+                             const registry::Registry& registry) {
   const auto mode =
       compare ? request::EvalRequest::Mode::compare : request::EvalRequest::Mode::evaluate;
   const auto parsed = request::parse_request(request, mode);
@@ -102,8 +110,8 @@ result::Response run_request(const json::object& request, bool compare) {
   job::RunOptions options;
   options.worker_exe = worker_exe();
   options.work_root = state.path() / "work";
-  options.grant_device = [](const json::array&, auto grant) {
-    grant(json::object{{"device", json::object{{"type", "cpu"}, {"index", 0}}}});
+  options.grant_device = [](const json::array& types, auto grant) {
+    grant(json::object{{"device", json::object{{"type", types.front()}, {"index", 0}}}});
   };
   return job::run_job(parsed, registry, store, options);
 }

@@ -42,11 +42,15 @@ boost::json::object fault_evaluate(boost::json::object metadata, double timeout_
 boost::json::object fault_compare(boost::json::object ref_metadata,
                                   boost::json::object custom_metadata, double timeout_s = 60);
 
-// Registry over the fault plugin's directory only.
-registry::Registry fault_registry();
+// Registry over the fault plugin's directory only (discovered once).
+const registry::Registry& fault_registry();
+// Registry over the build's real plugins (discovered once).
+const registry::Registry& built_registry();
 
-// Runs a request through keval's job runner (the CLI's path, in-process).
-result::Response run_request(const boost::json::object& request, bool compare);
+// Runs a request through keval's job runner (the CLI's path, in-process); the device granted is
+// the first type the worker offers, index 0.
+result::Response run_request(const boost::json::object& request, bool compare,
+                             const registry::Registry& registry = fault_registry());
 
 // Runs the keval CLI with `args`; returns its exit code and output.
 supervisor::CommandResult run_keval(const std::vector<std::string>& args,
