@@ -27,7 +27,6 @@ namespace keval::cuda {
   X(cuDevicePrimaryCtxRelease)                                                                     \
   X(cuCtxSetCurrent)                                                                               \
   X(cuCtxGetCurrent)                                                                               \
-  X(cuCtxSynchronize)                                                                              \
   X(cuStreamCreate)                                                                                \
   X(cuStreamDestroy)                                                                               \
   X(cuStreamSynchronize)                                                                           \

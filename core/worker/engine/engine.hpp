@@ -79,7 +79,8 @@ public:
 
   // Prepares repeated timing of `launch`, which enqueues exactly one kernel invocation on
   // stream() with fixed arguments. Engines that can capture it once (a CUDA graph) and replay it;
-  // otherwise each sample calls it. Exceptions from `launch` propagate out of sample().
+  // otherwise each sample calls it. Exceptions from `launch` propagate out of make_timer() (when
+  // it runs during capture) or sample().
   virtual std::unique_ptr<class Timer> make_timer(std::function<void()> launch) = 0;
 };
 

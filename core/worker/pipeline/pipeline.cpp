@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <type_traits>
 
 #include <boost/json/array.hpp>
 #include <boost/json/parse.hpp>
@@ -338,7 +339,9 @@ private:
     }
     const size_t n = std::min(expected->outputs.size(), actual.outputs.size());
     for (size_t i = 0; i < n; ++i) {
-      auto cmp = engine_->compare(*expected->outputs[i], *actual.outputs[i], request_.tolerance);
+      auto cmp = on_device(custom(), [&] {
+        return engine_->compare(*expected->outputs[i], *actual.outputs[i], request_.tolerance);
+      });
       json::object c = tensor::to_json(cmp);
       c["output"] = i;
       c["summary"] = tensor::summary(cmp);
@@ -359,11 +362,12 @@ private:
   Launched launch_checked(Side& side, const InputSet& inputs) {
     auto binder = std::make_unique<ArgumentBinder>(*engine_, side_contract(side),
                                                    side.code->io.has_value(), inputs);
-    binder->poison_outputs(*engine_);
+    on_device(side, [&] { binder->poison_outputs(*engine_); });
     Launched launched = launch(side, *binder);
     launched.binder = std::move(binder); // the output views point into it
     synchronize(side);
-    if (auto modified = launched.binder->first_modified_input(*engine_))
+    if (auto modified =
+            on_device(side, [&] { return launched.binder->first_modified_input(*engine_); }))
       throw KernelFailure{side.name, error_json("input_modified", side.name +
                                                                       " kernel modified its input "
                                                                       "argument '" +
@@ -402,15 +406,21 @@ private:
     return launched;
   }
 
-  void synchronize(const Side& side) {
+  // Runs engine work that follows a side's launch. A device fault surfacing there (sticky
+  // errors make every later device call fail) is that side's kernel failure.
+  template <class Work> std::invoke_result_t<Work> on_device(const Side& side, Work&& work) {
     try {
-      engine_->synchronize();
+      return work();
     } catch (const KernelFault& fault) {
       throw KernelFailure{side.name, error_json("device_error", side.name +
                                                                     " kernel faulted on the "
                                                                     "device: " +
                                                                     fault.what())};
     }
+  }
+
+  void synchronize(const Side& side) {
+    on_device(side, [&] { engine_->synchronize(); });
   }
 
   // The IOContract that shapes a side's arguments: its own, else the other side's.
@@ -477,7 +487,8 @@ private:
         ArgumentBinder* b = t.binder.get();
         // Returned outputs are released right after the launch returns; for graph replay the
         // launch runs once, at capture.
-        t.timer = engine_->make_timer([this, s, b] { launch(*s, *b); });
+        t.timer =
+            on_device(*s, [&] { return engine_->make_timer([this, s, b] { launch(*s, *b); }); });
         timed.push_back(std::move(t));
       }
       for (auto& t : timed)
@@ -519,8 +530,10 @@ private:
   // One timed run. Outputs are poisoned before it (so no run can reuse an earlier result),
   // outside the timed region; errors the device reports afterwards are the kernel's.
   double sample(Side& side, ArgumentBinder& binder, Timer& timer) {
-    binder.poison_outputs(*engine_);
-    const double ms = timer.sample();
+    const double ms = on_device(side, [&] {
+      binder.poison_outputs(*engine_);
+      return timer.sample();
+    });
     synchronize(side);
     return ms;
   }
@@ -597,9 +610,11 @@ private:
   const JobSpec& job_;
   const EvalRequest& request_;
   std::map<std::string, std::unique_ptr<LoadedPlugin>> plugins_;
-  std::vector<std::unique_ptr<Side>> sides_; // ref first (if any), custom last
+  // Declared before the sides: kernels (and their device modules) are released before the
+  // engine releases the device context.
   std::unique_ptr<Engine> engine_;
-  int cuda_arch_ = job_.cuda_arch; // 0 until known
+  std::vector<std::unique_ptr<Side>> sides_; // ref first (if any), custom last
+  int cuda_arch_ = job_.cuda_arch;           // 0 until known
   bool cuda_usable_ = false;
   std::string cuda_reason_;
 };

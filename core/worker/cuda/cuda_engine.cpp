@@ -1,0 +1,490 @@
+#include "worker/cuda/cuda_engine.hpp"
+
+#include "cuda/driver.hpp"
+#include "tensor/dtype.hpp"
+#include "tensor/generate.hpp"
+#include "tensor/host_tensor.hpp"
+#include "tensor/poison.hpp"
+#include "worker/cuda/detail/cuda_timer.hpp"
+#include "worker/cuda/detail/device_session.hpp"
+#include "worker/cuda/detail/device_view.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+
+namespace keval::worker {
+
+namespace {
+
+using detail::DeviceMemory;
+using detail::DeviceSession;
+using detail::DeviceView;
+using detail::Kernel;
+using request::DType;
+
+const cuda::DriverApi& api() {
+  return cuda::driver();
+}
+
+size_t checked_nbytes(DType dtype, const std::vector<int64_t>& shape) {
+  size_t bytes = request::dtype_size(dtype);
+  for (int64_t extent : shape) {
+    if (extent < 0)
+      throw std::invalid_argument("allocate: negative dimension " + std::to_string(extent));
+    if (__builtin_mul_overflow(bytes, static_cast<size_t>(extent), &bytes))
+      throw std::invalid_argument("allocate: tensor size overflows");
+  }
+  return bytes;
+}
+
+// "13.0" from the driver's 13000.
+std::string cuda_version_text(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+class CudaTensor final : public Tensor {
+public:
+  CudaTensor(DType dtype, std::vector<int64_t> shape, int ordinal)
+      : Tensor(dtype, shape), dl_shape_(std::move(shape)),
+        memory_(checked_nbytes(dtype, dl_shape_)) {
+    view_.data = reinterpret_cast<void*>(memory_.address());
+    view_.device = {KEVAL_DEVICE_CUDA, ordinal};
+    view_.ndim = static_cast<int32_t>(dl_shape_.size());
+    view_.dtype = tensor::to_dl(dtype);
+    view_.shape = dl_shape_.data();
+    view_.strides = nullptr;
+    view_.byte_offset = 0;
+  }
+
+  keval_dl_tensor& dl() const override { return view_; }
+  CUdeviceptr address() const { return memory_.address(); }
+  size_t nbytes() const { return memory_.bytes(); }
+  uint64_t numel() const { return memory_.bytes() / request::dtype_size(dtype()); }
+
+private:
+  std::vector<int64_t> dl_shape_; // the view points into it
+  DeviceMemory memory_;
+  mutable keval_dl_tensor view_{};
+};
+
+CudaTensor& as_cuda(Tensor& tensor) {
+  return static_cast<CudaTensor&>(tensor);
+}
+
+detail::FillKind fill_kind(request::InitKind kind) {
+  switch (kind) {
+  case request::InitKind::randn:
+    return detail::FillKind::randn;
+  case request::InitKind::uniform:
+    return detail::FillKind::uniform;
+  case request::InitKind::zeros:
+    return detail::FillKind::zeros;
+  case request::InitKind::ones:
+    return detail::FillKind::ones;
+  case request::InitKind::full:
+    return detail::FillKind::full;
+  case request::InitKind::arange:
+    return detail::FillKind::arange;
+  }
+  throw std::invalid_argument("TensorInit: invalid kind");
+}
+
+boost::json::object describe_device(const DeviceSession& session) {
+  const cuda::DriverApi& d = api();
+  const CUdevice device = session.device();
+  const auto attribute = [&](CUdevice_attribute which) -> std::optional<int> {
+    int value = 0;
+    if (d.cuDeviceGetAttribute(&value, which, device) != CUDA_SUCCESS || value <= 0)
+      return std::nullopt;
+    return value;
+  };
+  boost::json::object o;
+  o["type"] = "cuda";
+  o["index"] = session.ordinal();
+  char name[256] = {};
+  cuda::check(d.cuDeviceGetName(name, sizeof name - 1, device), "cuDeviceGetName");
+  o["name"] = name;
+  o["gpu_type"] = detail::gpu_type_from_name(name);
+  const int major = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).value_or(0);
+  const int minor = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).value_or(0);
+  o["sm_arch"] = "sm_" + std::to_string(major * 10 + minor);
+  o["compute_capability"] = std::to_string(major) + "." + std::to_string(minor);
+  size_t total_memory = 0;
+  cuda::check(d.cuDeviceTotalMem(&total_memory, device), "cuDeviceTotalMem");
+  o["total_memory_bytes"] = total_memory;
+  const std::pair<const char*, CUdevice_attribute> reported[] = {
+      {"multiprocessors", CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT},
+      {"l2_cache_bytes", CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE},
+      {"sm_clock_khz", CU_DEVICE_ATTRIBUTE_CLOCK_RATE},
+      {"memory_clock_khz", CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE},
+      {"memory_bus_width_bits", CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH}};
+  for (const auto& [key, which] : reported) // drivers may stop reporting some (clock rates)
+    if (const std::optional<int> value = attribute(which))
+      o[key] = *value;
+  char bus_id[32] = {};
+  if (d.cuDeviceGetPCIBusId(bus_id, sizeof bus_id - 1, device) == CUDA_SUCCESS)
+    o["pci_bus_id"] = bus_id;
+  int driver_version = 0;
+  if (d.cuDriverGetVersion(&driver_version) == CUDA_SUCCESS)
+    o["driver_version"] = cuda_version_text(driver_version);
+  o["built_with_cuda"] = cuda_version_text(CUDA_VERSION);
+  return o;
+}
+
+class CudaEngine final : public Engine {
+public:
+  explicit CudaEngine(int ordinal) : session_(ordinal), description_(describe_device(session_)) {}
+
+  keval_dl_device device() const override { return {KEVAL_DEVICE_CUDA, session_.ordinal()}; }
+  void* stream() const override { return session_.stream(); }
+  boost::json::object describe() const override { return description_; }
+
+  std::unique_ptr<Tensor> allocate(DType dtype, const std::vector<int64_t>& shape) override {
+    return allocate_tensor(dtype, shape);
+  }
+
+  void fill(Tensor& t, const request::TensorInit& init, uint64_t seed) override {
+    session_.throw_if_faulted();
+    CudaTensor& tensor = as_cuda(t);
+    // tensor::fill checks `init` before it writes any element, so on an empty host tensor it
+    // rejects exactly the parameters the CPU engine rejects, with the same message, and nothing
+    // else.
+    tensor::HostTensor no_elements = tensor::HostTensor::empty(tensor.dtype(), {0});
+    tensor::fill(no_elements, init, seed);
+    if (tensor.numel() == 0)
+      return;
+    detail::FillParams params{};
+    params.out = tensor.address();
+    params.numel = tensor.numel();
+    params.seed = seed;
+    params.type = detail::element_type(tensor.dtype());
+    params.kind = fill_kind(init.kind);
+    params.mean = init.mean;
+    params.std = init.std;
+    params.low = init.low;
+    params.high = init.high;
+    params.fill_value = init.fill_value;
+    params.start = init.start;
+    params.step = init.step;
+    params.keep_below_high = init.kind == request::InitKind::uniform &&
+                             tensor::is_floating(tensor.dtype()) && init.low < init.high;
+    session_.launch(Kernel::fill, params.numel, params);
+  }
+
+  void upload(Tensor& t, const std::vector<uint8_t>& bytes) override {
+    session_.throw_if_faulted();
+    CudaTensor& tensor = as_cuda(t);
+    if (bytes.size() != tensor.nbytes())
+      throw std::invalid_argument("upload of " + std::to_string(bytes.size()) +
+                                  " bytes into a tensor of " + std::to_string(tensor.nbytes()));
+    session_.copy_from_host(tensor.address(), bytes.data(), bytes.size());
+  }
+
+  // Host sources (a plugin may hand out CPU tensors) are copied up; device sources are copied on
+  // the device, strided ones through the gather kernel. Returns once the copy is complete, so the
+  // source may be released right away.
+  std::unique_ptr<Tensor> clone(const keval_dl_tensor& source) override {
+    session_.throw_if_faulted();
+    if (source.device.device_type == KEVAL_DEVICE_CPU) {
+      const tensor::HostTensor host = tensor::HostTensor::copy_of(source);
+      auto copy = allocate_tensor(host.dtype(), host.shape());
+      session_.copy_from_host(copy->address(), host.data(), host.nbytes());
+      return copy;
+    }
+    const DeviceView view = detail::make_device_view(source, session_.ordinal(), "clone");
+    const DType dtype = *tensor::from_dl(source.dtype); // make_device_view checked it
+    auto copy =
+        allocate_tensor(dtype, std::vector<int64_t>(source.shape, source.shape + source.ndim));
+    if (copy->numel() == 0)
+      return copy;
+    if (view.dense)
+      session_.check(
+          api().cuMemcpyDtoDAsync(copy->address(), view.data, copy->nbytes(), session_.stream()),
+          "cuMemcpyDtoDAsync");
+    else
+      gather(view, dtype, 0, copy->numel(), copy->address());
+    session_.check(api().cuStreamSynchronize(session_.stream()), "cuStreamSynchronize");
+    return copy;
+  }
+
+  // The pattern is tensor::poison's own, taken from a one-element host tensor, so both engines
+  // poison alike by construction; the device then repeats it with a memset of its width.
+  void poison(Tensor& t) override {
+    session_.throw_if_faulted();
+    CudaTensor& tensor = as_cuda(t);
+    if (tensor.numel() == 0)
+      return;
+    tensor::HostTensor one = tensor::HostTensor::empty(tensor.dtype(), {1});
+    tensor::poison(one);
+    const cuda::DriverApi& d = api();
+    const CUstream stream = session_.stream();
+    const auto pattern = [&]<typename Bits>(Bits) {
+      Bits bits;
+      std::memcpy(&bits, one.data(), sizeof bits);
+      return bits;
+    };
+    switch (one.nbytes()) {
+    case 1:
+      return session_.check(
+          d.cuMemsetD8Async(tensor.address(), pattern(uint8_t{}), tensor.numel(), stream),
+          "cuMemsetD8Async");
+    case 2:
+      return session_.check(
+          d.cuMemsetD16Async(tensor.address(), pattern(uint16_t{}), tensor.numel(), stream),
+          "cuMemsetD16Async");
+    case 4:
+      return session_.check(
+          d.cuMemsetD32Async(tensor.address(), pattern(uint32_t{}), tensor.numel(), stream),
+          "cuMemsetD32Async");
+    default: // the driver has no 64-bit memset
+      session_.launch(
+          Kernel::fill_pattern64, tensor.numel(),
+          detail::Pattern64Params{tensor.address(), tensor.numel(), pattern(uint64_t{})});
+    }
+  }
+
+  // tensor::compare's result, computed on the device: counts and maxima by one reduction, then
+  // the few elements the report names (the first mismatches, the largest difference) located by
+  // index searches and brought over in small windows that tensor::compare itself scans.
+  tensor::Comparison compare(const keval_dl_tensor& expected, const keval_dl_tensor& actual,
+                             const request::Tolerance& tolerance) override {
+    session_.throw_if_faulted();
+    if (std::optional<tensor::Comparison> failed =
+            detail::incomparable(expected, actual, tolerance))
+      return *std::move(failed);
+    std::unique_ptr<Tensor> staged_expected, staged_actual;
+    const DeviceView expected_view = device_view(expected, staged_expected, "compare: expected");
+    const DeviceView actual_view = device_view(actual, staged_actual, "compare: actual");
+
+    tensor::Comparison result;
+    result.tolerance = tolerance;
+    result.dtype = tensor::from_dl(expected.dtype);
+    result.numel = detail::view_numel(expected);
+    const std::vector<int64_t> shape(expected.shape, expected.shape + expected.ndim);
+    if (result.numel > 0)
+      compare_elements(expected_view, actual_view, shape, result);
+    result.compared = true;
+    result.match = result.mismatches == 0;
+    result.message = tensor::summary(result);
+    return result;
+  }
+
+  bool same_bytes(const keval_dl_tensor& a, const keval_dl_tensor& b) override {
+    session_.throw_if_faulted();
+    std::unique_ptr<Tensor> staged_a, staged_b;
+    const DeviceView a_view = device_view(a, staged_a, "same_bytes: a");
+    const DeviceView b_view = device_view(b, staged_b, "same_bytes: b");
+    if (std::memcmp(&a.dtype, &b.dtype, sizeof a.dtype) != 0 || a.ndim != b.ndim ||
+        !std::equal(a.shape, a.shape + a.ndim, b.shape))
+      return false;
+    const uint64_t numel = static_cast<uint64_t>(detail::view_numel(a));
+    if (numel == 0)
+      return true;
+    const CUstream stream = session_.stream();
+    session_.check(api().cuMemsetD8Async(session_.flag(), 0, sizeof(uint32_t), stream),
+                   "cuMemsetD8Async");
+    detail::SameBytesParams params{};
+    params.a = a_view;
+    params.b = b_view;
+    params.numel = numel;
+    params.differs = session_.flag();
+    params.element_size = static_cast<int32_t>(a.dtype.bits / 8);
+    session_.launch(Kernel::same_bytes, numel, params);
+    uint32_t differs = 0;
+    session_.copy_to_host(&differs, session_.flag(), sizeof differs);
+    return differs == 0;
+  }
+
+  // The engine's stream, which every plugin is given. A
+  // fault in work a kernel put on streams of its own still loses the context, and the next call
+  // that meets it throws KernelFault.
+  void synchronize() override {
+    session_.throw_if_faulted();
+    session_.check_execution(api().cuStreamSynchronize(session_.stream()));
+  }
+
+  std::unique_ptr<Timer> make_timer(std::function<void()> launch) override {
+    session_.throw_if_faulted();
+    return detail::make_cuda_timer(session_, std::move(launch));
+  }
+
+private:
+  std::unique_ptr<CudaTensor> allocate_tensor(DType dtype, const std::vector<int64_t>& shape) {
+    session_.throw_if_faulted();
+    try {
+      return std::make_unique<CudaTensor>(dtype, shape, session_.ordinal());
+    } catch (const cuda::CudaError& error) {
+      session_.check_context(error.code(), "cuMemAlloc"); // a fault that surfaced here
+      throw;
+    }
+  }
+
+  // The kernels' view of `view`; a host tensor is first copied to the device into `staged`.
+  DeviceView device_view(const keval_dl_tensor& view, std::unique_ptr<Tensor>& staged,
+                         const char* what) {
+    if (view.device.device_type != KEVAL_DEVICE_CPU)
+      return detail::make_device_view(view, session_.ordinal(), what);
+    staged = clone(view);
+    return detail::make_device_view(staged->dl(), session_.ordinal(), what);
+  }
+
+  void gather(const DeviceView& source, DType dtype, uint64_t start, uint64_t count,
+              CUdeviceptr destination) {
+    detail::GatherParams params{};
+    params.source = source;
+    params.destination = destination;
+    params.start = start;
+    params.count = count;
+    params.element_size = static_cast<int32_t>(request::dtype_size(dtype));
+    session_.launch(Kernel::gather, count, params);
+  }
+
+  // Host copies of elements [start, start + count) of both views (count <= kWindowElements).
+  std::pair<tensor::HostTensor, tensor::HostTensor> fetch_window(const DeviceView& expected,
+                                                                 const DeviceView& actual,
+                                                                 DType dtype, uint64_t start,
+                                                                 uint64_t count) {
+    gather(expected, dtype, start, count, session_.window(0));
+    gather(actual, dtype, start, count, session_.window(1));
+    auto expected_host = tensor::HostTensor::empty(dtype, {static_cast<int64_t>(count)});
+    auto actual_host = tensor::HostTensor::empty(dtype, {static_cast<int64_t>(count)});
+    session_.copy_to_host(expected_host.data(), session_.window(0), expected_host.nbytes());
+    session_.copy_to_host(actual_host.data(), session_.window(1), actual_host.nbytes());
+    return {std::move(expected_host), std::move(actual_host)};
+  }
+
+  detail::CompareTotals read_totals() {
+    detail::CompareTotals totals{};
+    session_.copy_to_host(&totals, session_.compare_totals(), sizeof totals);
+    return totals;
+  }
+
+  // found_index starts at all ones ("none") and only ever decreases (atomicMin).
+  void reset_found_index() {
+    session_.check(api().cuMemsetD8Async(session_.compare_totals() +
+                                             offsetof(detail::CompareTotals, found_index),
+                                         0xFF, sizeof(uint64_t), session_.stream()),
+                   "cuMemsetD8Async");
+  }
+
+  // Runs `kernel`, which reports the smallest index it matches into found_index.
+  uint64_t find_index(Kernel kernel, const detail::CompareParams& params, uint64_t work_items) {
+    reset_found_index();
+    session_.launch(kernel, work_items, params);
+    return read_totals().found_index;
+  }
+
+  void compare_elements(const DeviceView& expected, const DeviceView& actual,
+                        const std::vector<int64_t>& shape, tensor::Comparison& result) {
+    const DType dtype = *result.dtype;
+    const auto numel = static_cast<uint64_t>(result.numel);
+    detail::CompareParams params{};
+    params.expected = expected;
+    params.actual = actual;
+    params.numel = numel;
+    params.totals = session_.compare_totals();
+    params.type = detail::element_type(dtype);
+    params.atol = result.tolerance.atol;
+    params.rtol = result.tolerance.rtol;
+
+    session_.check(
+        api().cuMemsetD8Async(params.totals, 0, sizeof(detail::CompareTotals), session_.stream()),
+        "cuMemsetD8Async");
+    reset_found_index();
+    session_.launch(Kernel::compare_totals, numel, params);
+    const detail::CompareTotals totals = read_totals();
+    result.mismatches = static_cast<int64_t>(totals.mismatches);
+    result.nan_in_expected = static_cast<int64_t>(totals.nan_in_expected);
+    result.nan_in_actual = static_cast<int64_t>(totals.nan_in_actual);
+    result.inf_in_actual = static_cast<int64_t>(totals.inf_in_actual);
+    result.max_abs_diff = std::bit_cast<double>(totals.max_abs_diff_bits);
+    result.max_rel_diff = std::bit_cast<double>(totals.max_rel_diff_bits);
+
+    if (totals.finite_pairs > 0) {
+      params.target_bits = totals.max_abs_diff_bits;
+      const uint64_t at = find_index(Kernel::compare_find_max_abs, params, numel);
+      auto [expected_host, actual_host] = fetch_window(expected, actual, dtype, at, 1);
+      result.max_abs_diff_at = tensor::ElementReport{
+          detail::unravel_index(at, shape), tensor::read_element(dtype, expected_host.data()),
+          tensor::read_element(dtype, actual_host.data())};
+    }
+
+    // The first mismatches: tensor::compare scans a window from each next mismatching index
+    // until it has reported enough.
+    const size_t wanted = std::min<uint64_t>(tensor::kMaxReportedMismatches, totals.mismatches);
+    uint64_t start = totals.found_index; // the first mismatch
+    while (result.first_mismatches.size() < wanted && start < numel) {
+      const uint64_t count = std::min<uint64_t>(DeviceSession::kWindowElements, numel - start);
+      auto [expected_host, actual_host] = fetch_window(expected, actual, dtype, start, count);
+      const tensor::Comparison window =
+          tensor::compare(expected_host.dl(), actual_host.dl(), result.tolerance);
+      for (const tensor::ElementReport& mismatch : window.first_mismatches) {
+        if (result.first_mismatches.size() == wanted)
+          break;
+        const uint64_t flat = start + static_cast<uint64_t>(mismatch.index.front());
+        result.first_mismatches.push_back(
+            {detail::unravel_index(flat, shape), mismatch.expected, mismatch.actual});
+      }
+      if (result.first_mismatches.size() == wanted || start + count >= numel)
+        break;
+      params.start = start + count;
+      start = find_index(Kernel::compare_find_mismatch, params, numel - params.start);
+    }
+  }
+
+  DeviceSession session_;
+  boost::json::object description_;
+};
+
+} // namespace
+
+CudaAvailability probe_cuda() {
+  CudaAvailability availability;
+  try {
+    if (!cuda::driver_available(&availability.reason))
+      return availability;
+    const cuda::DriverApi& d = cuda::driver();
+    if (const CUresult result = d.cuInit(0); result != CUDA_SUCCESS) {
+      availability.reason = "cuInit failed: " + cuda::error_text(result);
+      return availability;
+    }
+    if (const CUresult result = d.cuDeviceGetCount(&availability.device_count);
+        result != CUDA_SUCCESS) {
+      availability.reason = "cuDeviceGetCount failed: " + cuda::error_text(result);
+      return availability;
+    }
+    if (availability.device_count == 0) {
+      availability.reason = "no CUDA device present (cuDeviceGetCount returned 0)";
+      return availability;
+    }
+    CUdevice first = 0;
+    int major = 0, minor = 0;
+    CUresult result = d.cuDeviceGet(&first, 0);
+    if (result == CUDA_SUCCESS)
+      result = d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, first);
+    if (result == CUDA_SUCCESS)
+      result = d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, first);
+    if (result != CUDA_SUCCESS) {
+      availability.reason =
+          "reading CUDA device 0's compute capability failed: " + cuda::error_text(result);
+      return availability;
+    }
+    availability.arch_of_first = major * 10 + minor;
+    availability.usable = true;
+  } catch (const std::exception& error) { // a driver that loads but misbehaves
+    availability.usable = false;
+    availability.reason = std::string("probing CUDA failed: ") + error.what();
+  }
+  return availability;
+}
+
+std::unique_ptr<Engine> make_cuda_engine(int ordinal) {
+  return std::make_unique<CudaEngine>(ordinal);
+}
+
+} // namespace keval::worker

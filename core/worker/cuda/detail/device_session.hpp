@@ -1,0 +1,117 @@
+// What a CUDA engine holds on its device: the retained primary context, the stream all work goes
+// to, keval's kernel module, scratch buffers, and the rule that turns driver errors into
+// exceptions (CudaError for failures of keval or the machine, KernelFault once the kernel under
+// test has broken the context). Shared by the engine and its timers.
+#pragma once
+
+#include "cuda/driver.hpp"
+#include "worker/cuda/detail/kernel_abi.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace keval::worker::detail {
+
+// One cuMemAlloc'd buffer, freed on destruction; empty (address 0) for zero bytes, which the
+// driver refuses to allocate.
+class DeviceMemory {
+public:
+  DeviceMemory() = default;
+  explicit DeviceMemory(size_t bytes);
+  DeviceMemory(DeviceMemory&& other) noexcept;
+  DeviceMemory& operator=(DeviceMemory&& other) noexcept;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory();
+
+  CUdeviceptr address() const { return address_; }
+  size_t bytes() const { return bytes_; }
+
+private:
+  CUdeviceptr address_ = 0;
+  size_t bytes_ = 0;
+};
+
+enum class Kernel {
+  fill,
+  fill_pattern64,
+  gather,
+  same_bytes,
+  compare_totals,
+  compare_find_mismatch,
+  compare_find_max_abs,
+};
+
+class DeviceSession {
+public:
+  // Elements per comparison window (see CudaEngine::compare).
+  static constexpr size_t kWindowElements = 4096;
+  static constexpr size_t kWindowBytes = kWindowElements * sizeof(uint64_t);
+
+  // Retains device `ordinal`'s primary context, makes it current on this thread, creates a
+  // non-blocking stream, loads the kernels and allocates the scratch buffers. Throws
+  // cuda::DriverUnavailable or cuda::CudaError (with the failing step in the message).
+  explicit DeviceSession(int ordinal);
+  ~DeviceSession();
+  DeviceSession(const DeviceSession&) = delete;
+  DeviceSession& operator=(const DeviceSession&) = delete;
+
+  int ordinal() const { return ordinal_; }
+  CUdevice device() const { return device_; }
+  CUstream stream() const { return stream_; }
+
+  // Throws KernelFault when an earlier call hit an error that leaves the context unusable
+  // (CUDA_ERROR_ILLEGAL_ADDRESS and its kind): every later call would fail the same way.
+  void throw_if_faulted() const;
+  // For keval's own calls: CudaError for ordinary failures; KernelFault (remembered for
+  // throw_if_faulted) when `result` says the context is lost, which only a kernel fault does.
+  void check(CUresult result, const char* what);
+  // For calls that observe the kernel's execution (synchronisation, timing): any error is the
+  // kernel's, KernelFault with the driver's error text.
+  void check_execution(CUresult result);
+  // For calls whose ordinary failures the caller handles itself: throws KernelFault only when
+  // `result` says the context is lost.
+  void check_context(CUresult result, const char* what);
+
+  // Enqueues `kernel` on the stream with a grid sized for `work_items` grid-stride iterations.
+  template <typename Params> void launch(Kernel kernel, uint64_t work_items, Params params) {
+    void* arguments[] = {&params};
+    launch_raw(kernel, work_items, arguments);
+  }
+
+  // Stream-ordered copies that return once the bytes have arrived.
+  void copy_to_host(void* host, CUdeviceptr device, size_t bytes);
+  void copy_from_host(CUdeviceptr device, const void* host, size_t bytes);
+
+  // At least twice the L2 cache: writing it all evicts whatever a kernel left there.
+  const DeviceMemory& l2_flush_buffer() const { return l2_flush_; }
+  // One CompareTotals, and two windows (0: expected, 1: actual) of kWindowElements elements of
+  // the widest type.
+  CUdeviceptr compare_totals() const { return compare_totals_.address(); }
+  CUdeviceptr window(int which) const {
+    return windows_.address() + static_cast<CUdeviceptr>(which) * kWindowBytes;
+  }
+  // A 4-byte flag for keval_same_bytes.
+  CUdeviceptr flag() const { return flag_.address(); }
+
+private:
+  void release() noexcept;
+  void launch_raw(Kernel kernel, uint64_t work_items, void** arguments);
+
+  int ordinal_;
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+  CUstream stream_ = nullptr;
+  CUmodule module_ = nullptr;
+  CUfunction functions_[7] = {};
+  unsigned max_blocks_ = 0;
+  std::string fault_;
+  // Declared after the context fields: destroyed before the context is released.
+  DeviceMemory l2_flush_;
+  DeviceMemory compare_totals_;
+  DeviceMemory windows_;
+  DeviceMemory flag_;
+};
+
+} // namespace keval::worker::detail

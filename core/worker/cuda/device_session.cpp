@@ -1,0 +1,220 @@
+#include "worker/cuda/detail/device_session.hpp"
+
+#include "worker/cuda/detail/embedded_kernels.hpp"
+#include "worker/engine/engine.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace keval::worker::detail {
+
+namespace {
+
+const cuda::DriverApi& api() {
+  return cuda::driver();
+}
+
+// Errors after which "any further CUDA work will return the same error" (cuda.h): the context is
+// gone for good, and only a kernel can have done that. The two newest are spelled as numbers so
+// that this builds with CUDA 12 headers that predate them.
+bool loses_context(CUresult result) {
+  switch (static_cast<int>(result)) {
+  case CUDA_ERROR_ILLEGAL_ADDRESS:
+  case CUDA_ERROR_LAUNCH_TIMEOUT:
+  case CUDA_ERROR_ASSERT:
+  case CUDA_ERROR_HARDWARE_STACK_ERROR:
+  case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+  case CUDA_ERROR_MISALIGNED_ADDRESS:
+  case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+  case CUDA_ERROR_INVALID_PC:
+  case CUDA_ERROR_LAUNCH_FAILED:
+  case CUDA_ERROR_EXTERNAL_DEVICE:
+  case 226: // CUDA_ERROR_CONTAINED
+  case 721: // CUDA_ERROR_TENSOR_MEMORY_LEAK
+    return true;
+  default:
+    return false;
+  }
+}
+
+const char* kernel_name(Kernel kernel) {
+  switch (kernel) {
+  case Kernel::fill:
+    return kFillKernel;
+  case Kernel::fill_pattern64:
+    return kFillPattern64Kernel;
+  case Kernel::gather:
+    return kGatherKernel;
+  case Kernel::same_bytes:
+    return kSameBytesKernel;
+  case Kernel::compare_totals:
+    return kCompareTotalsKernel;
+  case Kernel::compare_find_mismatch:
+    return kCompareFindMismatchKernel;
+  case Kernel::compare_find_max_abs:
+    return kCompareFindMaxAbsKernel;
+  }
+  return "?";
+}
+
+constexpr Kernel kAllKernels[] = {Kernel::fill,
+                                  Kernel::fill_pattern64,
+                                  Kernel::gather,
+                                  Kernel::same_bytes,
+                                  Kernel::compare_totals,
+                                  Kernel::compare_find_mismatch,
+                                  Kernel::compare_find_max_abs};
+
+constexpr unsigned kThreadsPerBlock = 256;
+// Enough resident blocks to fill every multiprocessor several times over; grid-stride loops do
+// the rest.
+constexpr unsigned kBlocksPerMultiprocessor = 16;
+
+} // namespace
+
+// ---------------------------------------------------------------------------------------------
+// DeviceMemory
+
+DeviceMemory::DeviceMemory(size_t bytes) : bytes_(bytes) {
+  if (bytes > 0)
+    cuda::check(api().cuMemAlloc(&address_, bytes),
+                ("cuMemAlloc of " + std::to_string(bytes) + " bytes").c_str());
+}
+
+DeviceMemory::DeviceMemory(DeviceMemory&& other) noexcept
+    : address_(std::exchange(other.address_, 0)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {
+  if (this != &other) {
+    DeviceMemory old(std::move(*this));
+    address_ = std::exchange(other.address_, 0);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+DeviceMemory::~DeviceMemory() {
+  if (address_ != 0)
+    api().cuMemFree(address_); // fails only on a lost context, whose memory is gone anyway
+}
+
+// ---------------------------------------------------------------------------------------------
+// DeviceSession
+
+DeviceSession::DeviceSession(int ordinal) : ordinal_(ordinal) {
+  const cuda::DriverApi& d = api();
+  cuda::check(d.cuInit(0), "cuInit");
+  int count = 0;
+  cuda::check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  if (ordinal < 0 || ordinal >= count)
+    throw cuda::CudaError(CUDA_ERROR_INVALID_DEVICE, "CUDA device " + std::to_string(ordinal) +
+                                                         " does not exist (" +
+                                                         std::to_string(count) + " device" +
+                                                         (count == 1 ? "" : "s") + " present)");
+  cuda::check(d.cuDeviceGet(&device_, ordinal), "cuDeviceGet");
+  cuda::check(d.cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
+  try {
+    cuda::check(d.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+    cuda::check(d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    const CUresult loaded = d.cuModuleLoadData(&module_, kDeviceKernelsFatbin);
+    if (loaded != CUDA_SUCCESS)
+      throw cuda::CudaError(loaded, "loading keval's device kernels (built for sm_80, sm_90 and "
+                                    "PTX compute_90): " +
+                                        cuda::error_text(loaded));
+    for (Kernel kernel : kAllKernels)
+      cuda::check(d.cuModuleGetFunction(&functions_[static_cast<int>(kernel)], module_,
+                                        kernel_name(kernel)),
+                  kernel_name(kernel));
+
+    int multiprocessors = 0, l2_bytes = 0;
+    cuda::check(
+        d.cuDeviceGetAttribute(&multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_),
+        "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+    cuda::check(d.cuDeviceGetAttribute(&l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device_),
+                "cuDeviceGetAttribute(L2_CACHE_SIZE)");
+    max_blocks_ = static_cast<unsigned>(std::max(1, multiprocessors)) * kBlocksPerMultiprocessor;
+    // Never less than 32 MiB, in case a device reports no L2 size.
+    l2_flush_ = DeviceMemory(std::max<size_t>(2 * static_cast<size_t>(l2_bytes), 32u << 20));
+    compare_totals_ = DeviceMemory(sizeof(CompareTotals));
+    windows_ = DeviceMemory(2 * kWindowBytes);
+    flag_ = DeviceMemory(sizeof(uint32_t));
+  } catch (...) {
+    release(); // the destructor does not run for a constructor that throws
+    throw;
+  }
+}
+
+DeviceSession::~DeviceSession() {
+  release();
+}
+
+void DeviceSession::release() noexcept {
+  const cuda::DriverApi& d = api();
+  // Buffers first, while the context is still retained; errors are ignored throughout (a lost
+  // context reports them, and there is nothing left to do about it).
+  flag_ = DeviceMemory();
+  windows_ = DeviceMemory();
+  compare_totals_ = DeviceMemory();
+  l2_flush_ = DeviceMemory();
+  if (module_ != nullptr)
+    d.cuModuleUnload(std::exchange(module_, nullptr));
+  if (stream_ != nullptr)
+    d.cuStreamDestroy(std::exchange(stream_, nullptr));
+  if (context_ != nullptr) {
+    context_ = nullptr;
+    d.cuDevicePrimaryCtxRelease(device_);
+  }
+}
+
+void DeviceSession::throw_if_faulted() const {
+  if (!fault_.empty())
+    throw KernelFault("the CUDA context was lost to an earlier device fault: " + fault_);
+}
+
+void DeviceSession::check(CUresult result, const char* what) {
+  if (result == CUDA_SUCCESS)
+    return;
+  if (loses_context(result)) {
+    fault_ = cuda::error_text(result);
+    throw KernelFault(fault_ + " (reported by " + what + ")");
+  }
+  throw cuda::CudaError(result, std::string(what) + ": " + cuda::error_text(result));
+}
+
+void DeviceSession::check_context(CUresult result, const char* what) {
+  if (loses_context(result))
+    check(result, what);
+}
+
+void DeviceSession::check_execution(CUresult result) {
+  if (result == CUDA_SUCCESS)
+    return;
+  const std::string text = cuda::error_text(result);
+  if (loses_context(result))
+    fault_ = text;
+  throw KernelFault(text);
+}
+
+void DeviceSession::launch_raw(Kernel kernel, uint64_t work_items, void** arguments) {
+  const uint64_t wanted = (work_items + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  const auto blocks = static_cast<unsigned>(std::clamp<uint64_t>(wanted, 1, max_blocks_));
+  check(api().cuLaunchKernel(functions_[static_cast<int>(kernel)], blocks, 1, 1, kThreadsPerBlock,
+                             1, 1, 0, stream_, arguments, nullptr),
+        kernel_name(kernel));
+}
+
+void DeviceSession::copy_to_host(void* host, CUdeviceptr device, size_t bytes) {
+  if (bytes == 0)
+    return;
+  check(api().cuMemcpyDtoHAsync(host, device, bytes, stream_), "cuMemcpyDtoHAsync");
+  check(api().cuStreamSynchronize(stream_), "cuStreamSynchronize");
+}
+
+void DeviceSession::copy_from_host(CUdeviceptr device, const void* host, size_t bytes) {
+  if (bytes == 0)
+    return;
+  check(api().cuMemcpyHtoDAsync(device, host, bytes, stream_), "cuMemcpyHtoDAsync");
+  check(api().cuStreamSynchronize(stream_), "cuStreamSynchronize");
+}
+
+} // namespace keval::worker::detail
