@@ -40,3 +40,71 @@ if(KEVAL_ENABLE_CUDA)
     message(STATUS "keval: CUDA toolkit (with NVRTC) not found: CUDA plugin and device engine skipped")
   endif()
 endif()
+
+# Python for the Python-based kernel types (torch, triton, multi_kernel): an interpreter, the
+# libpython of that same interpreter (the worker embeds it) and pybind11. When
+# -DPython3_EXECUTABLE is not given, the first of `python3` on PATH and /usr/bin/python3 that can
+# import torch is taken (a pyenv python3 first on PATH may lack torch while /usr/bin/python3 has
+# Debian's python3-torch), else the first that exists. A virtual environment's python works: its
+# libpython is the base interpreter's. pybind11 comes from its CMake package (Debian's
+# pybind11-dev) or from `python -m pybind11 --cmakedir` (pip's pybind11).
+set(KEVAL_HAVE_PYTHON OFF)
+if(KEVAL_ENABLE_PYTHON)
+  set(keval_python_problem "")
+  if(NOT Python3_EXECUTABLE)
+    find_program(keval_path_python3 NAMES python3 NO_CACHE)
+    set(keval_python_candidates)
+    foreach(candidate ${keval_path_python3} /usr/bin/python3)
+      if(EXISTS "${candidate}")
+        list(APPEND keval_python_candidates "${candidate}")
+      endif()
+    endforeach()
+    list(REMOVE_DUPLICATES keval_python_candidates)
+    set(keval_chosen_python "")
+    foreach(candidate ${keval_python_candidates})
+      execute_process(COMMAND "${candidate}" -c "import torch"
+                      RESULT_VARIABLE keval_torch_rc OUTPUT_QUIET ERROR_QUIET)
+      if(keval_torch_rc EQUAL 0)
+        set(keval_chosen_python "${candidate}")
+        break()
+      endif()
+    endforeach()
+    if(NOT keval_chosen_python AND keval_python_candidates)
+      list(GET keval_python_candidates 0 keval_chosen_python)
+      message(STATUS "keval: no Python that imports torch found (tried: ${keval_python_candidates}); "
+                     "the torch-based kernel types will report that torch is missing")
+    endif()
+    if(keval_chosen_python)
+      set(Python3_EXECUTABLE "${keval_chosen_python}" CACHE FILEPATH
+          "The Python interpreter keval-worker embeds (KEVAL_PYTHON overrides it at run time)")
+    endif()
+  endif()
+  find_package(Python3 COMPONENTS Interpreter Development.Embed QUIET)
+  if(NOT Python3_FOUND)
+    set(keval_python_problem "no Python 3 interpreter with its development files (libpython, "
+                             "Python.h: python3-dev)")
+  else()
+    find_package(pybind11 CONFIG QUIET)
+    if(NOT pybind11_FOUND)
+      execute_process(COMMAND "${Python3_EXECUTABLE}" -m pybind11 --cmakedir
+                      OUTPUT_VARIABLE keval_pybind11_dir RESULT_VARIABLE keval_pybind11_rc
+                      OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+      if(keval_pybind11_rc EQUAL 0 AND keval_pybind11_dir)
+        find_package(pybind11 CONFIG QUIET PATHS "${keval_pybind11_dir}" NO_DEFAULT_PATH)
+      endif()
+    endif()
+    if(NOT pybind11_FOUND OR NOT TARGET pybind11::headers)
+      set(keval_python_problem "pybind11 not found (pybind11-dev, or pip's pybind11)")
+    endif()
+  endif()
+  if(keval_python_problem)
+    string(CONCAT keval_python_problem ${keval_python_problem})
+    message(STATUS "keval: Python kernel types (torch, triton, multi_kernel) skipped: "
+                   "${keval_python_problem}")
+  else()
+    set(KEVAL_HAVE_PYTHON ON)
+    set(KEVAL_PYTHON_EXECUTABLE "${Python3_EXECUTABLE}")
+    message(STATUS "keval: Python ${Python3_VERSION} (${Python3_EXECUTABLE}) and pybind11 "
+                   "${pybind11_VERSION} found: Python kernel types enabled")
+  endif()
+endif()

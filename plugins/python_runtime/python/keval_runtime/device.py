@@ -1,0 +1,88 @@
+"""The granted device as torch sees it, and the stream the core measures.
+
+On CUDA every launch runs with ``torch.cuda.ExternalStream(<the core's CUstream>)`` current, so
+torch's and Triton's kernels are enqueued exactly where the core's events (or its CUDA graph
+capture) measure; when the source uses CuPy, its current stream is the same one. The core's
+stream does not synchronise with the legacy default stream, so work left there would race.
+On the CPU the core times launch() itself with a wall clock.
+"""
+import contextlib
+import sys
+
+DEVICE_CPU = 1
+DEVICE_CUDA = 2
+
+
+class Device:
+    def __init__(self, device_type, device_id, stream_ptr):
+        import torch
+
+        self.torch = torch
+        if device_type == DEVICE_CUDA:
+            if not torch.cuda.is_available():
+                raise RuntimeError("keval granted CUDA device %d but this torch (%s) sees no CUDA "
+                                   "device" % (device_id, torch.__version__))
+            self.torch_device = torch.device("cuda", device_id)
+            torch.cuda.set_device(self.torch_device)
+            self.stream = torch.cuda.ExternalStream(stream_ptr, device=self.torch_device)
+            self.stream_ptr = stream_ptr
+            self.device_id = device_id
+            self._cupy_stream = None
+        elif device_type == DEVICE_CPU:
+            self.torch_device = torch.device("cpu")
+            self.stream = None
+        else:
+            raise RuntimeError(f"unknown device type {device_type}")
+
+    def on_stream(self):
+        """Makes the core's stream current (CUDA), for torch (and Triton, which launches on
+        torch's current stream) and, once the source has imported it, CuPy; nothing to do on
+        the CPU."""
+        if self.stream is None:
+            return contextlib.nullcontext()
+        cupy = sys.modules.get("cupy")
+        if cupy is None:
+            return self.torch.cuda.stream(self.stream)
+        if self._cupy_stream is None:
+            self._cupy_stream = cupy.cuda.ExternalStream(self.stream_ptr, self.device_id)
+        both = contextlib.ExitStack()
+        both.enter_context(self.torch.cuda.stream(self.stream))
+        both.enter_context(cupy.cuda.Device(self.device_id))
+        both.enter_context(self._cupy_stream)
+        return both
+
+    def creating_tensors(self):
+        """Makes tensor factories (torch.randn in get_inputs, parameters in a model's __init__)
+        allocate on the granted device directly, instead of on the CPU and copied: on large
+        KernelBench problems the copy alone costs about a minute per evaluation. torch < 2.0 has
+        no default-device context; there, tensors made elsewhere are moved (see to_device)."""
+        if self.stream is None or not hasattr(self.torch.device, "__enter__"):
+            return contextlib.nullcontext()
+        return self.torch_device
+
+    def to_device(self, value):
+        """A tensor on the granted device (moved only when made elsewhere); other values as
+        they are."""
+        if isinstance(value, self.torch.Tensor) and value.device != self.torch_device:
+            return value.to(self.torch_device)
+        return value
+
+    def synchronize(self):
+        if self.stream is not None:
+            self.stream.synchronize()
+
+    def capturing(self):
+        """Whether the core is capturing the current launch into a CUDA graph."""
+        return self.stream is not None and self.torch.cuda.is_current_stream_capturing()
+
+    def abandon_capture(self):
+        """Makes the core's ongoing graph capture fail, so that the core times this kernel with
+        events instead. Used when the launch raised while being captured: torch allocating
+        fresh device memory, synchronising (.item(), nonzero) or drawing random numbers cannot
+        be captured by a capture torch did not start, and a capture the launch left half-done
+        must not be replayed. Synchronising a capturing stream is illegal, so it invalidates
+        the capture; the error it raises is expected and dropped."""
+        try:
+            self.stream.synchronize()
+        except Exception:  # RuntimeError (torch.AcceleratorError in newer torch)
+            pass

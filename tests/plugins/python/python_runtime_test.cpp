@@ -1,0 +1,192 @@
+// The shared Python runtime: plugins probe without starting Python, every Python type of a job
+// runs in one interpreter, and the interpreter is the one KEVAL_PYTHON names (virtual
+// environments included) or the build's.
+#include "python_test_support.hpp"
+
+#include "request/parse.hpp"
+
+#include <keval/plugin.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include <dlfcn.h>
+
+namespace keval::test::python {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Sets an environment variable for one scope (the worker inherits the test's environment).
+class ScopedEnv {
+public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name))
+      old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+
+private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(PythonRuntime, ManifestDoesNotStartPython) {
+  for (const char* path :
+       {KEVAL_TEST_TORCH_PLUGIN, KEVAL_TEST_TRITON_PLUGIN, KEVAL_TEST_MULTI_KERNEL_PLUGIN}) {
+    void* library = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(library, nullptr) << ::dlerror();
+    auto entry = reinterpret_cast<keval_plugin_entry_fn>(::dlsym(library, KEVAL_PLUGIN_ENTRY_NAME));
+    ASSERT_NE(entry, nullptr);
+    const keval_manifest* manifest = entry()->manifest();
+    ASSERT_NE(manifest, nullptr);
+    EXPECT_TRUE(manifest->capabilities & KEVAL_CAP_NEEDS_PYTHON);
+    // libpython came in with the runtime library; the interpreter must still be down.
+    auto is_initialized = reinterpret_cast<int (*)()>(::dlsym(library, "Py_IsInitialized"));
+    ASSERT_NE(is_initialized, nullptr);
+    EXPECT_EQ(is_initialized(), 0) << path;
+  }
+}
+
+TEST(PythonRuntime, PluginsAreRegisteredWithTheirCapabilities) {
+  const auto& registry = built_registry();
+  const auto* torch = registry.find("torch");
+  const auto* triton = registry.find("triton");
+  const auto* multi = registry.find("multi_kernel");
+  ASSERT_NE(torch, nullptr);
+  ASSERT_NE(triton, nullptr);
+  ASSERT_NE(multi, nullptr);
+  EXPECT_TRUE(torch->has(KEVAL_CAP_DEFAULT_INPUTS));
+  EXPECT_TRUE(torch->has(KEVAL_CAP_RETURNS_OUTPUTS));
+  EXPECT_TRUE(torch->has(KEVAL_CAP_DEVICE_CPU));
+  EXPECT_FALSE(torch->has(KEVAL_CAP_REQUIRES_IO_CONTRACT));
+  EXPECT_TRUE(triton->has(KEVAL_CAP_REQUIRES_IO_CONTRACT));
+  EXPECT_FALSE(triton->has(KEVAL_CAP_DEVICE_CPU));
+  EXPECT_TRUE(multi->has(KEVAL_CAP_REQUIRES_IO_CONTRACT));
+  EXPECT_TRUE(multi->has(KEVAL_CAP_RETURNS_OUTPUTS));
+  // The runtime library sits beside the plugins directory, never in it.
+  EXPECT_FALSE(fs::exists(plugin_dir() / "libkeval_python_runtime.so"));
+  EXPECT_TRUE(fs::exists(plugin_dir().parent_path() / "libkeval_python_runtime.so"));
+}
+
+using PythonRuntimeJob = TorchTest;
+
+TEST_F(PythonRuntimeJob, BothSidesOfACompareShareOneInterpreter) {
+  // The candidate sees the reference's module: same interpreter, distinct module names.
+  const char* io = R"({"args": [{"name": "x", "type": "tensor",
+                                 "tensor_spec": {"shape": [4], "dtype": "float32"}}]})";
+  const auto r = run_request(compare(kernel("torch", "import torch\ndef f(x):\n    return x + 1\n",
+                                            {{"function_name", "f"}}),
+                                     kernel("multi_kernel", R"(import sys
+def run(x):
+    refs = [m for m in sys.modules if m.startswith("keval_torch_ref_")]
+    mine = [m for m in sys.modules if m.startswith("keval_multi_kernel_custom_")]
+    if len(refs) != 1 or len(mine) != 1:
+        raise RuntimeError(f"not one shared interpreter: {refs} {mine}")
+    return x + 1
+)",
+                                            {{"entry_point", "run"}}, io)),
+                             true, built_registry());
+  ASSERT_EQ(r.verdict, Verdict::success) << json::serialize(r.body);
+}
+
+TEST_F(PythonRuntimeJob, KevalPythonSelectsAVirtualEnvironment) {
+  TempDir dir;
+  const fs::path venv = dir.path() / "venv";
+  const auto made = supervisor::run_command(
+      embedded_python(), {"-m", "venv", "--without-pip", venv.string()}, std::chrono::seconds(120));
+  if (!made.exit_code || *made.exit_code != 0)
+    GTEST_SKIP() << "cannot create a virtual environment here: " << made.err;
+  // The new venv sees the embedded interpreter's packages (torch among them, wherever they are
+  // installed: a venv of their own on the GPU machine) through a .pth file, as a venv with its
+  // own torch would see that.
+  const auto paths = supervisor::run_command(
+      embedded_python(),
+      {"-c", "import site, sys; print('python%d.%d' % sys.version_info[:2]); "
+             "print('\\n'.join(site.getsitepackages()))"},
+      std::chrono::seconds(60));
+  ASSERT_TRUE(paths.exit_code && *paths.exit_code == 0) << paths.err;
+  const auto first_line = paths.out.find('\n');
+  const std::string version_dir = paths.out.substr(0, first_line);
+  std::ofstream(venv / "lib" / version_dir / "site-packages" / "keval_parent.pth")
+      << paths.out.substr(first_line + 1);
+  const fs::path python = venv / "bin" / "python3";
+  ScopedEnv env("KEVAL_PYTHON", python.string());
+  const auto r = run_request(evaluate(kernel("torch", R"(import sys, torch
+def f(x):
+    if sys.prefix == sys.base_prefix or not sys.prefix.endswith("venv"):
+        raise RuntimeError(f"not the venv: prefix {sys.prefix}")
+    return x * 2
+def get_inputs():
+    return [torch.ones(3)]
+)",
+                                             {{"function_name", "f"}})),
+                             false, built_registry());
+  ASSERT_EQ(r.verdict, Verdict::success) << json::serialize(r.body);
+  EXPECT_EQ(text(custom_info(r).at("python_executable")), python.string());
+}
+
+TEST_F(PythonRuntimeJob, KevalPythonThatDoesNotExistIsKevalsFailure) {
+  ScopedEnv env("KEVAL_PYTHON", "/nonexistent/bin/python3");
+  const auto r = run_request(evaluate(kernel("torch", "import torch\n")), false, built_registry());
+  EXPECT_EQ(r.verdict, Verdict::infrastructure) << json::serialize(r.body);
+  EXPECT_TRUE(contains(text(r.body.at("error").at("message")), "KEVAL_PYTHON=/nonexistent"))
+      << json::serialize(r.body);
+}
+
+TEST_F(PythonRuntimeJob, UserOutputDoesNotBreakTheJob) {
+  const auto r = run_request(evaluate(kernel("torch", R"(import torch
+print("hello from module level")
+class Model(torch.nn.Module):
+    def forward(self, x):
+        print("in forward")
+        return x
+def get_inputs():
+    return [torch.ones(2)]
+)")),
+                             false, built_registry());
+  ASSERT_EQ(r.verdict, Verdict::success) << json::serialize(r.body);
+  const std::string out = text(exec(r).at("metadata").at("worker").at("stdout"));
+  EXPECT_TRUE(contains(out, "hello from module level")) << out;
+}
+
+TEST(PythonRuntimeRequests, TritonWithoutIOContractIsABadRequest) {
+  ASSERT_NE(built_registry().find("triton"), nullptr) << "the triton plugin was not built";
+  try {
+    run_request(evaluate(kernel("triton", "import triton\n")), false, built_registry());
+    FAIL() << "expected a request error";
+  } catch (const request::RequestError& e) {
+    EXPECT_TRUE(contains(e.what(), "IOContract is required")) << e.what();
+  }
+}
+
+TEST(PythonRuntimeWithoutGpu, TritonSaysWhatIsMissing) {
+  ASSERT_NE(built_registry().find("triton"), nullptr) << "the triton plugin was not built";
+  const char* io = R"({"args": [
+      {"name": "x", "type": "tensor", "tensor_spec": {"shape": [16], "dtype": "float32"}},
+      {"name": "out", "type": "tensor", "role": "output",
+       "tensor_spec": {"shape": [16], "dtype": "float32"}}],
+      "launch": {"grid": [1]}})";
+  const auto r = run_request(
+      evaluate(kernel("triton", "import triton\n@triton.jit\ndef k(x, out):\n    pass\n", {}, io)),
+      false, built_registry());
+  if (r.verdict == Verdict::success)
+    GTEST_SKIP() << "Triton and a CUDA device are present: the GPU suite covers this machine";
+  // Without Triton (or torch), compilation says which is missing; with both, that no CUDA
+  // device is usable.
+  const std::string body = json::serialize(r.body);
+  EXPECT_TRUE(contains(body, "needs Triton") || contains(body, "needs PyTorch") ||
+              contains(body, "needs a CUDA device"))
+      << body;
+}
+
+} // namespace
+} // namespace keval::test::python
