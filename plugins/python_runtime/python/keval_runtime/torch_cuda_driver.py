@@ -1,0 +1,49 @@
+"""kernel_type "torch_cuda": KernelBench's ModelNew with C++/CUDA built by load_inline or load.
+
+The source is run as it is (torch_driver's loader and targeting: ``ModelNew`` on the custom side
+when the source defines it, else ``Model`` — seed 003's baseline, ModelNew = Model), with
+``torch.utils.cpp_extension.load_inline`` and ``load`` served by keval's builder
+(torch_cuda_shim, torch_cuda_build): built for the granted GPU's architecture only, in the job's
+directory, before the device grant when the source builds at module level (KernelBench's form),
+and cached by content. Everything after the build — weights seeded identically on both sides,
+inputs from get_inputs()/get_init_inputs() created on the device, validation and timing by the
+core — is the torch type's.
+"""
+from . import errors, torch_cuda_build, torch_cuda_shim, torch_driver
+from .device import DEVICE_CUDA
+
+_builder = None  # one per job (one worker process per job)
+
+
+def compile(source, metadata_json, io_json, work_dir, side, cuda_arch):
+    global _builder
+    if not cuda_arch:
+        raise errors.UnsupportedError("kernel type 'torch_cuda' needs a CUDA device: no GPU "
+                                      "architecture is known to build the extension for")
+    torch_driver.common.import_torch("torch_cuda")
+    if _builder is None:
+        _builder = torch_cuda_build.Builder(work_dir, cuda_arch)
+        torch_cuda_shim.install(_builder)
+    first_build = len(_builder.builds)
+    _builder.failure = None
+    try:
+        kernel = TorchCudaKernel(source, metadata_json, io_json, work_dir, side)
+    except errors.CompileError as exc:
+        failure = _builder.failure
+        if failure is None:
+            raise
+        # The compiler's output, in full, is the useful part; the traceback follows it.
+        raise errors.CompileError(str(failure),
+                                  failure.output + "\n\n" + (exc.details or "")) from None
+    kernel.info["extensions"] = _builder.builds[first_build:]
+    kernel.info["cache_dir"] = _builder.cache_dir
+    return kernel
+
+
+class TorchCudaKernel(torch_driver.TorchKernel):
+    """The torch type's kernel; only the loading differs (the shim is in place by then)."""
+
+    def bind(self, device_type, device_id, stream):
+        if device_type != DEVICE_CUDA:
+            raise errors.UnsupportedError("kernel type 'torch_cuda' runs on CUDA devices only")
+        super().bind(device_type, device_id, stream)

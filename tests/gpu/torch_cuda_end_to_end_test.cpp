@@ -1,0 +1,302 @@
+// kernel_type "torch_cuda" on a real GPU: KernelBench's ModelNew with load_inline, built by keval's
+// builder and cache, compared against a torch Model through the core. Skipped, with the reason,
+// when no CUDA device is usable or the embedded interpreter cannot import torch.
+#ifdef KEVAL_TEST_PYTHON_EXECUTABLE
+
+#include "python_test_support.hpp"
+
+#include "cuda/driver.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+namespace keval::test::python {
+namespace {
+
+std::string no_device_reason() {
+  std::string reason;
+  if (!cuda::driver_available(&reason))
+    return reason;
+  const auto& d = cuda::driver();
+  if (CUresult r = d.cuInit(0); r != CUDA_SUCCESS)
+    return "cuInit failed: " + cuda::error_text(r);
+  int count = 0;
+  if (d.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0)
+    return "no CUDA device present";
+  return {};
+}
+
+// A cache of the suite's own, empty when the suite starts, so "miss" and "hit" are
+// deterministic; the workers inherit KEVAL_CACHE_DIR from this process.
+const std::filesystem::path& suite_cache() {
+  static const std::filesystem::path dir = [] {
+    auto d = std::filesystem::temp_directory_path() /
+             ("keval-torch-cuda-test-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+    ::setenv("KEVAL_CACHE_DIR", d.c_str(), 1);
+    return d;
+  }();
+  return dir;
+}
+
+class TorchCudaGpu : public ::testing::Test {
+protected:
+  void SetUp() override {
+    static const std::string reason = no_device_reason();
+    if (!reason.empty())
+      GTEST_SKIP() << "no CUDA device: " << reason;
+    if (!torch_problem().empty())
+      GTEST_SKIP() << "torch not importable: " << torch_problem();
+    ASSERT_NE(built_registry().find("torch_cuda"), nullptr) << "torch_cuda plugin not built";
+    suite_cache();
+  }
+};
+
+// KernelBench's elementwise-add reference.
+const char* kReference = R"(import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return a + b
+
+def get_inputs():
+    return [torch.randn(4096, 1024), torch.randn(4096, 1024)]
+
+def get_init_inputs():
+    return []
+)";
+
+// KernelBench's ModelNew form: kernel and host wrapper in cuda_sources, the declaration in
+// cpp_sources. @OP@ is the operation, @NAME@ the extension's name=, @TAG@ a comment that makes
+// the source (so the cache key) unique.
+std::string model_new(const std::string& op = "a[idx] + b[idx]",
+                      const std::string& name = "elementwise_add", const std::string& tag = "") {
+  std::string s = R"(import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+elementwise_add_source = """
+#include <torch/extension.h>
+#include <cuda_runtime.h>
+// @TAG@
+__global__ void elementwise_add_kernel(const float* a, const float* b, float* out, int size) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < size) {
+        out[idx] = @OP@;
+    }
+}
+
+torch::Tensor elementwise_add_cuda(torch::Tensor a, torch::Tensor b) {
+    auto size = a.numel();
+    auto out = torch::zeros_like(a);
+    const int block_size = 256;
+    const int num_blocks = (size + block_size - 1) / block_size;
+    elementwise_add_kernel<<<num_blocks, block_size>>>(a.data_ptr<float>(), b.data_ptr<float>(),
+                                                       out.data_ptr<float>(), size);
+    return out;
+}
+"""
+
+elementwise_add_cpp_source = (
+    "torch::Tensor elementwise_add_cuda(torch::Tensor a, torch::Tensor b);"
+)
+
+elementwise_add = load_inline(
+    name="@NAME@",
+    cpp_sources=elementwise_add_cpp_source,
+    cuda_sources=elementwise_add_source,
+    functions=["elementwise_add_cuda"],
+    verbose=True,
+    extra_cflags=[""],
+    extra_ldflags=[""],
+)
+
+class ModelNew(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.elementwise_add = elementwise_add
+
+    def forward(self, a, b):
+        return self.elementwise_add.elementwise_add_cuda(a, b)
+)";
+  auto put = [&s](const std::string& key, const std::string& value) {
+    for (auto at = s.find(key); at != std::string::npos; at = s.find(key, at + value.size()))
+      s.replace(at, key.size(), value);
+  };
+  put("@OP@", op);
+  put("@NAME@", name);
+  put("@TAG@", tag);
+  return s;
+}
+
+json::object ref_model(const std::string& body = "a + b") {
+  std::string source = kReference;
+  source.replace(source.find("return a + b"), 12, "return " + body);
+  return kernel("torch", source);
+}
+
+json::object candidate(const std::string& source) {
+  return kernel("torch_cuda", source);
+}
+
+const json::array& extensions(const result::Response& r) {
+  return custom_info(r).at("extensions").as_array();
+}
+
+std::string cache_state(const result::Response& r) {
+  return text(extensions(r).at(0).as_object().at("cache"));
+}
+
+result::Response timed_compare(const json::object& ref, const json::object& custom,
+                               const std::string& label, int64_t trials = 20) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_request(compare(ref, custom, trials), true, built_registry());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "torch_cuda " << label << ": " << s << " s end to end";
+  if (r.verdict == Verdict::success)
+    std::cout << ", cache " << cache_state(r) << ", build "
+              << json::serialize(extensions(r).at(0).as_object().at("seconds")) << " s";
+  std::cout << "\n";
+  return r;
+}
+
+TEST_F(TorchCudaGpu, KernelBenchElementwiseAddBuildsThenHitsTheCache) {
+  const std::string source = model_new("a[idx] + b[idx]", "elementwise_add", "cache test");
+  const auto cold = timed_compare(ref_model(), candidate(source), "cold");
+  ASSERT_EQ(cold.verdict, Verdict::success) << json::serialize(cold.body);
+  EXPECT_TRUE(exec(cold).at("correctness").as_bool()) << json::serialize(cold.body);
+  EXPECT_EQ(cache_state(cold), "miss");
+  EXPECT_EQ(text(custom_info(cold).at("class_name")), "ModelNew");
+
+  const auto warm = timed_compare(ref_model(), candidate(source), "warm");
+  ASSERT_EQ(warm.verdict, Verdict::success) << json::serialize(warm.body);
+  EXPECT_TRUE(exec(warm).at("correctness").as_bool());
+  EXPECT_EQ(cache_state(warm), "hit");
+}
+
+TEST_F(TorchCudaGpu, SeedExampleVerbatimIsCompiledFalseWithTheCompilerOutput) {
+  // Seed 000's TORCH_CUDA example puts a <<<...>>> launch in cpp_sources (compiled by the host
+  // compiler, as torch's load_inline does too) and binds an undefined 'forward': it cannot
+  // build, and the report must carry the compiler's own words.
+  const std::string seed = R"(import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = """
+#include <torch/extension.h>
+#include <cuda_runtime.h>
+
+__global__ void elementwise_add_kernel(const float* a, const float* b, float* out, int size) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < size) {
+        out[idx] = a[idx] + b[idx];
+    }
+}
+"""
+
+cpp_source = '''
+torch::Tensor elementwise_add_cuda(torch::Tensor a, torch::Tensor b) {
+    auto size = a.numel();
+    auto out = torch::zeros_like(a);
+
+    const int block_size = 256;
+    const int num_blocks = (size + block_size - 1) / block_size;
+
+    elementwise_add_kernel<<<num_blocks, block_size>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), size);
+
+    return out;
+}
+'''
+
+my_namespace = load_inline(
+    name='my_cuda_kernel',
+    cpp_sources=cpp_source,
+    cuda_sources=cuda_source,
+    functions=['forward']
+)
+
+class ModelNew(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.my_namespace = my_namespace
+
+    def forward(self, x):
+        return self.my_namespace.forward(x)
+)";
+  const auto r = run_request(compare(ref_model(), candidate(seed), 5), true, built_registry());
+  EXPECT_EQ(r.verdict, Verdict::kernel_failed);
+  EXPECT_FALSE(exec(r).at("compiled").as_bool());
+  const std::string error = compilation_error(r);
+  EXPECT_TRUE(contains(error, "my_cuda_kernel")) << error;
+  EXPECT_TRUE(contains(json::serialize(r.body), "elementwise_add_kernel")) << "compiler output";
+}
+
+TEST_F(TorchCudaGpu, CppCompileErrorReturnsTheFullCompilerOutput) {
+  const auto r = run_request(compare(ref_model(), candidate(model_new("a[idx] + undeclared_b")), 5),
+                             true, built_registry());
+  EXPECT_EQ(r.verdict, Verdict::kernel_failed);
+  EXPECT_FALSE(exec(r).at("compiled").as_bool());
+  const std::string all = json::serialize(r.body);
+  EXPECT_TRUE(contains(all, "undeclared_b")) << all;
+  EXPECT_TRUE(contains(all, "nvcc")) << all;
+}
+
+TEST_F(TorchCudaGpu, KernelFaultingAtRunTimeFails) {
+  const auto r = run_request(
+      compare(ref_model(),
+              candidate(model_new("a[idx] + b[idx] + ((const float*)0x8)[idx * 1024 * 1024]")), 5),
+      true, built_registry());
+  EXPECT_EQ(r.verdict, Verdict::kernel_failed) << json::serialize(r.body);
+  EXPECT_TRUE(exec(r).at("compiled").as_bool()) << json::serialize(r.body);
+}
+
+TEST_F(TorchCudaGpu, TwoKernelsSharingANameNeverCollide) {
+  const auto add =
+      run_request(compare(ref_model(), candidate(model_new("a[idx] + b[idx]", "shared")), 5), true,
+                  built_registry());
+  ASSERT_EQ(add.verdict, Verdict::success) << json::serialize(add.body);
+  const auto mul =
+      run_request(compare(ref_model("a * b"), candidate(model_new("a[idx] * b[idx]", "shared")), 5),
+                  true, built_registry());
+  ASSERT_EQ(mul.verdict, Verdict::success) << json::serialize(mul.body);
+  EXPECT_TRUE(exec(mul).at("correctness").as_bool()) << "the second job got the first's module";
+  EXPECT_NE(text(extensions(add).at(0).as_object().at("module")),
+            text(extensions(mul).at(0).as_object().at("module")));
+}
+
+TEST_F(TorchCudaGpu, ConcurrentJobsBuildTheSameKeyOnce) {
+  const std::string source = model_new("a[idx] + b[idx]", "concurrent", "concurrent test");
+  result::Response first, second;
+  std::thread other([&] {
+    second = run_request(compare(ref_model(), candidate(source), 5), true, built_registry());
+  });
+  first = run_request(compare(ref_model(), candidate(source), 5), true, built_registry());
+  other.join();
+  ASSERT_EQ(first.verdict, Verdict::success) << json::serialize(first.body);
+  ASSERT_EQ(second.verdict, Verdict::success) << json::serialize(second.body);
+  const std::string a = cache_state(first), b = cache_state(second);
+  EXPECT_EQ((a == "miss") + (b == "miss"), 1) << a << " / " << b;
+}
+
+TEST_F(TorchCudaGpu, BaselineModelNewEqualsModel) {
+  // Seed 003: the reference measured through the same path, ModelNew = Model.
+  std::string baseline = kReference;
+  baseline += "\nModelNew = Model\n";
+  const auto r = run_request(compare(ref_model(), candidate(baseline), 10), true, built_registry());
+  ASSERT_EQ(r.verdict, Verdict::success) << json::serialize(r.body);
+  EXPECT_TRUE(exec(r).at("correctness").as_bool());
+  EXPECT_TRUE(extensions(r).empty());
+}
+
+} // namespace
+} // namespace keval::test::python
+
+#endif // KEVAL_TEST_PYTHON_EXECUTABLE

@@ -1,0 +1,250 @@
+"""CPU-only tests of keval_runtime.torch_cuda_build and torch_cuda_shim (no torch headers, no
+compiler, no GPU): load_inline's argument forms, the cache key, the cache's refusal of corrupt
+entries and its one-builder-per-key locking.
+
+usage: torch_cuda_build_test.py <keval_runtime's parent directory> [unittest options]
+"""
+import os
+import sys
+import tempfile
+import threading
+import types
+import unittest
+
+sys.path.insert(0, sys.argv.pop(1))
+
+from keval_runtime import torch_cuda_build as build  # noqa: E402
+from keval_runtime import torch_cuda_shim as shim  # noqa: E402
+
+TOOLCHAIN = {"torch": "2.11.0", "torch_cuda": "13.0", "arch": 90, "cxx": "g++ 13.3",
+             "nvcc": "13.0", "cxx11_abi": 1}
+
+
+class RecordingBuilder:
+    """Stands in for Builder: records what the shim asked for."""
+
+    def __init__(self):
+        self.loaded = []
+
+    def load(self, extension, verbose=False):
+        self.loaded.append((extension, verbose))
+        return types.SimpleNamespace(extension=extension)
+
+
+def fake_cpp_extension():
+    def load_inline(name, cpp_sources, cuda_sources=None, functions=None):
+        raise AssertionError("torch's load_inline must not run")
+
+    def load(name, sources):
+        raise AssertionError("torch's load must not run")
+
+    return types.SimpleNamespace(load_inline=load_inline, load=load)
+
+
+class ShimArguments(unittest.TestCase):
+    def setUp(self):
+        self.builder = RecordingBuilder()
+        self.cpp_extension = shim.install(self.builder, fake_cpp_extension())
+
+    def extension(self):
+        return self.builder.loaded[-1][0]
+
+    def test_strings_and_lists_are_the_same_extension(self):
+        self.cpp_extension.load_inline(name="k", cpp_sources="int f();",
+                                       cuda_sources="__global__ void g(){}", functions="f")
+        as_strings = self.extension()
+        self.cpp_extension.load_inline(name="k", cpp_sources=["int f();"],
+                                       cuda_sources=["__global__ void g(){}"], functions=["f"])
+        self.assertEqual(as_strings.describe(), self.extension().describe())
+
+    def test_several_sources_are_joined_and_functions_bound(self):
+        self.cpp_extension.load_inline("k", ["int f();", "int h();"], None, {"f": "doc f", "h": "h"})
+        (name, main), = self.extension().cpp_units
+        self.assertEqual(name, "main.cpp")
+        self.assertIn("int f();\nint h();", main)
+        self.assertIn('m.def("f", &f, "doc f");', main)
+        self.assertIn("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)", main)
+        self.assertEqual(self.extension().cuda_units, [])
+        self.assertFalse(self.extension().with_cuda)
+
+    def test_no_functions_leaves_binding_to_the_source(self):
+        self.cpp_extension.load_inline("k", "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}")
+        self.assertEqual(self.extension().cpp_units[0][1].count("PYBIND11_MODULE"), 1)
+
+    def test_cuda_unit_gets_torchs_prelude(self):
+        self.cpp_extension.load_inline("k", "", cuda_sources="__global__ void g(){}")
+        (name, text), = self.extension().cuda_units
+        self.assertEqual(name, "cuda.cu")
+        self.assertTrue(text.startswith(build.CUDA_PRELUDE))
+        self.assertTrue(self.extension().with_cuda)
+
+    def test_flags_verbose_with_cuda_and_torch_only_arguments(self):
+        self.cpp_extension.load_inline(
+            "k", "", cuda_sources="x", extra_cflags=["-O3", ""], extra_cuda_cflags="-O3",
+            extra_ldflags=[""], with_cuda=True, verbose=True, build_directory="/nowhere",
+            with_pytorch_error_handling=False, keep_intermediates=False)
+        extension, verbose = self.builder.loaded[-1]
+        self.assertTrue(verbose)
+        self.assertEqual(extension.extra_cflags, ["-O3"])  # KernelBench's [""] dropped
+        self.assertEqual(extension.extra_cuda_cflags, ["-O3"])
+        self.assertEqual(extension.extra_ldflags, [])
+
+    def test_positional_arguments_in_torchs_order(self):
+        self.cpp_extension.load_inline("k", "a", "b", ["f"], ["-DX"], ["-DY"], ["-lm"])
+        extension = self.extension()
+        self.assertEqual((extension.extra_cflags, extension.extra_cuda_cflags,
+                          extension.extra_ldflags), (["-DX"], ["-DY"], ["-lm"]))
+
+    def test_unknown_argument_is_a_type_error(self):
+        with self.assertRaises(TypeError):
+            self.cpp_extension.load_inline("k", "", not_an_argument=1)
+
+    def test_load_reads_the_files(self):
+        with tempfile.TemporaryDirectory() as d:
+            cu, cpp = os.path.join(d, "k.cu"), os.path.join(d, "k.cpp")
+            for path, text in ((cu, "__global__ void g(){}"), (cpp, "int f();")):
+                with open(path, "w") as f:
+                    f.write(text)
+            self.cpp_extension.load(name="k", sources=[cpp, cu], verbose=False)
+        extension = self.extension()
+        self.assertEqual([t for _, t in extension.cuda_units], ["__global__ void g(){}"])
+        self.assertEqual([t for _, t in extension.cpp_units], ["int f();"])
+        self.assertIn(os.path.realpath(d), [os.path.realpath(p)
+                                            for p in extension.extra_include_paths])
+
+
+class CacheKey(unittest.TestCase):
+    def key(self, cuda="__global__ void g(){}", toolchain=TOOLCHAIN, **flags):
+        return build.cache_key(build.Extension.inline("k", "int f();", cuda, ["f"], **flags),
+                               toolchain)
+
+    def test_stable(self):
+        self.assertEqual(self.key(), self.key())
+        # A pinned value: the key must not drift between runs or Python versions unnoticed.
+        self.assertEqual(len(self.key()), 64)
+        self.assertEqual(self.key(extra_cflags=["-O3"]), self.key(extra_cflags="-O3"))
+
+    def test_everything_that_changes_the_binary_changes_the_key(self):
+        base = self.key()
+        self.assertNotEqual(base, self.key(cuda="__global__ void h(){}"))
+        self.assertNotEqual(base, self.key(extra_cuda_cflags=["-lineinfo"]))
+        self.assertNotEqual(base, self.key(extra_ldflags=["-lm"]))
+        for part, value in (("arch", 80), ("torch", "2.10.0"), ("nvcc", "12.8"), ("cxx", "g++ 12")):
+            self.assertNotEqual(base, self.key(toolchain={**TOOLCHAIN, part: value}), part)
+
+    def test_same_name_different_kernels_are_different_modules(self):
+        one = build.Extension.inline("shared", "int f();", "__global__ void a(){}", ["f"])
+        two = build.Extension.inline("shared", "int f();", "__global__ void b(){}", ["f"])
+        name_one = build.module_name(one, build.cache_key(one, TOOLCHAIN))
+        name_two = build.module_name(two, build.cache_key(two, TOOLCHAIN))
+        self.assertNotEqual(name_one, name_two)
+        self.assertTrue(name_one.startswith("shared_") and name_one.isidentifier())
+        odd = build.Extension.inline("9-bad name", "", None)
+        self.assertTrue(build.module_name(odd, "ab" * 32).isidentifier())
+
+
+class FakeBuilder(build.Builder):
+    """A Builder whose compile step writes a stand-in library and whose import returns its
+    path; counts the builds so tests can see what the cache did."""
+
+    def __init__(self, work_dir, cache_dir):
+        super().__init__(work_dir, 90, cache_dir=cache_dir,
+                         toolchain=types.SimpleNamespace(key_parts=TOOLCHAIN))
+        self.compiles = 0
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.release.set()
+
+    def _build(self, extension, key, name, entry, verbose):
+        self.compiles += 1
+        self.started.set()
+        self.release.wait(10)
+        library = os.path.join(self.work_dir, name + ".so")
+        os.makedirs(self.work_dir, exist_ok=True)
+        with open(library, "wb") as f:
+            f.write(b"\x7fELF stand-in " + key.encode())
+        build._publish(library, entry, key)
+        path, why = build.verify_entry(entry, key)
+        assert path is not None, why
+        return path, []
+
+
+class Cache(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.cache = os.path.join(self.tmp.name, "cache")
+        self.extension = build.Extension.inline("k", "int f();", "__global__ void g(){}", ["f"])
+        self.imported = build._import_extension
+        build._import_extension = lambda name, library: library
+
+    def tearDown(self):
+        build._import_extension = self.imported
+        self.tmp.cleanup()
+
+    def builder(self, job):
+        return FakeBuilder(os.path.join(self.tmp.name, job), self.cache)
+
+    def test_miss_then_hit(self):
+        first = self.builder("job1")
+        first.load(self.extension)
+        second = self.builder("job2")
+        second.load(self.extension)
+        self.assertEqual((first.builds[0]["cache"], second.builds[0]["cache"]), ("miss", "hit"))
+        self.assertEqual(second.compiles, 0)
+
+    def test_corrupt_entry_is_refused_and_rebuilt(self):
+        first = self.builder("job1")
+        library = first.load(self.extension)
+        with open(library, "r+b") as f:  # a flipped byte, as a torn or damaged write leaves
+            f.write(b"X")
+        entry = first.builds[0]["entry"]
+        self.assertIsNone(build.verify_entry(entry, first.builds[0]["key"])[0])
+        second = self.builder("job2")
+        second.load(self.extension)
+        self.assertEqual(second.builds[0]["cache"], "rebuilt")
+        self.assertEqual(second.builds[0]["refused_entry"], "library checksum mismatch")
+        self.assertIsNotNone(build.verify_entry(entry, first.builds[0]["key"])[0])
+
+    def test_missing_manifest_or_half_written_entry_is_never_used(self):
+        first = self.builder("job1")
+        first.load(self.extension)
+        entry = first.builds[0]["entry"]
+        os.remove(os.path.join(entry, build.MANIFEST))
+        second = self.builder("job2")
+        second.load(self.extension)
+        self.assertEqual(second.builds[0]["cache"], "rebuilt")
+        self.assertEqual(second.compiles, 1)
+
+    def test_concurrent_jobs_build_a_key_once(self):
+        first, second = self.builder("job1"), self.builder("job2")
+        first.release.clear()
+        thread = threading.Thread(target=first.load, args=(self.extension,))
+        thread.start()
+        self.assertTrue(first.started.wait(10))
+        waiter = threading.Thread(target=second.load, args=(self.extension,))
+        waiter.start()
+        first.release.set()
+        thread.join(20)
+        waiter.join(20)
+        self.assertEqual(first.compiles + second.compiles, 1)
+        self.assertEqual(second.builds[0]["cache"], "hit_after_wait")
+
+    def test_cache_location(self):
+        saved = {k: os.environ.pop(k, None) for k in ("KEVAL_CACHE_DIR", "XDG_CACHE_HOME")}
+        try:
+            os.environ["XDG_CACHE_HOME"] = "/x"
+            self.assertEqual(build.cache_root(), "/x/keval/torch_cuda")
+            os.environ["KEVAL_CACHE_DIR"] = "/k"
+            self.assertEqual(build.cache_root(), "/k/torch_cuda")
+            del os.environ["KEVAL_CACHE_DIR"], os.environ["XDG_CACHE_HOME"]
+            self.assertEqual(build.cache_root(),
+                             os.path.expanduser("~/.cache/keval/torch_cuda"))
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
+
+
+if __name__ == "__main__":
+    unittest.main()
