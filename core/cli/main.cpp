@@ -3,6 +3,7 @@
 //   keval evaluate REQUEST.json|-    evaluate one kernel (seed 000's POST /evaluate body)
 //   keval compare REQUEST.json|-     reference vs custom (seed 000's POST /compare body)
 //   keval plugins [--json]           list kernel-type plugins and why any could not load
+//   keval serve [options]            the daemon: seed 000's HTTP API on a Unix socket
 //   keval version
 //
 // The result JSON goes to stdout; logs and progress go to stderr.
@@ -11,15 +12,18 @@
 #include "common/log.hpp"
 #include "common/plugin_abi.hpp"
 #include "common/version.hpp"
+#include "daemon/serve.hpp"
 #include "job/job_runner.hpp"
 #include "registry/registry.hpp"
 #include "request/parse.hpp"
 #include "result/response.hpp"
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -42,6 +46,8 @@ commands:
   evaluate REQUEST.json|-   evaluate one kernel (body of seed 000's POST /evaluate)
   compare REQUEST.json|-    compare a custom kernel with a reference (POST /compare)
   plugins [--json]          list kernel-type plugins, their capabilities and load errors
+  serve                     run the daemon: seed 000's HTTP/JSON API (POST /evaluate, /compare,
+                            GET /jobs/ID, /health, /stats, /metrics, ...) on a Unix socket
   version                   print the version
 
 options (evaluate, compare):
@@ -49,6 +55,26 @@ options (evaluate, compare):
                             (default: $KEVAL_STATE_DIR, else $TMPDIR/keval-<uid>)
   --keep-record             keep the job record (DIR/jobs/<id>.json) after printing the result
   --log-level LEVEL         trace|debug|info|warn|error (default info; or $KEVAL_LOG_LEVEL)
+
+options (serve):
+  --state-dir DIR           job records, work directories and the lock of this daemon
+                            (default: the directory above + /daemon)
+  --socket PATH             Unix socket to serve (default: $KEVAL_SOCKET, else DIR/keval.sock);
+                            mode 0600; a dead daemon's socket is replaced, a live one is not
+  --socket-group GROUP      make the socket 0660 and owned by GROUP
+  --listen HOST:PORT        also serve TCP (loopback addresses only, unless --allow-remote)
+  --allow-remote            let --listen bind a non-loopback address
+  --max-queued N            jobs waiting for a worker before new ones get 503 (default 256)
+  --max-workers N           workers running at once (default: CPU cores + GPUs)
+  --jobs-per-gpu N          jobs validating/profiling on one GPU at once (default 1: exclusive)
+  --threads N               HTTP event-loop threads (default: CPU cores, at least 2); jobs
+                            are supervised on one more
+  --max-body-bytes N        request body limit; larger bodies get 413 (default 67108864)
+  --http-timeout SECONDS    limit on every read of a request and write of a response (default 30)
+  --job-ttl SECONDS         finished jobs are kept, and served by GET /jobs/ID, this long
+                            (default 3600)
+  --shutdown-grace SECONDS  on SIGTERM/SIGINT, running jobs get this long before they are
+                            cancelled; a second signal cancels them at once (default 60)
 
 exit codes: 0 correct, 1 kernel failed, 2 bad request or usage, 3 infrastructure failure
 environment: KEVAL_PLUGIN_PATH (extra plugin directories, first wins), KEVAL_WORKER
@@ -172,12 +198,31 @@ int cmd_run(keval::request::EvalRequest::Mode mode, const std::string& source,
   return keval::result::exit_code(response.verdict);
 }
 
+int cmd_serve(keval::daemon::ServeOptions options) {
+  options.worker_exe = worker_exe();
+  options.plugin_dirs = keval::registry::default_search_path(self_dir());
+  if (options.socket_path.empty()) {
+    const char* env = std::getenv("KEVAL_SOCKET");
+    options.socket_path = env != nullptr ? fs::path(env) : options.state_dir / "keval.sock";
+  }
+  try {
+    return keval::daemon::serve(options);
+  } catch (const keval::daemon::ServeOptionError& e) {
+    std::cerr << "keval serve: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    spdlog::critical("keval serve: {}", e.what());
+    return kExitInfrastructure;
+  }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string level = "info";
-  fs::path state_dir = default_state_dir();
+  std::optional<fs::path> state_dir;
+  keval::daemon::ServeOptions serve_options;
   bool keep_record = false, as_json = false;
   std::vector<std::string> positional;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -189,10 +234,45 @@ int main(int argc, char** argv) {
       }
       return args[++i];
     };
+    auto number = [&](const char* flag) -> uint64_t {
+      const std::string text = value(flag);
+      if (text.empty() || text.size() > 18 ||
+          text.find_first_not_of("0123456789") != std::string::npos) {
+        std::cerr << "keval: " << flag << " wants a non-negative whole number, got '" << text
+                  << "'\n";
+        std::exit(kExitUsage);
+      }
+      return std::stoull(text);
+    };
+    auto seconds = [&](const char* flag) { return std::chrono::milliseconds(number(flag) * 1000); };
     if (a == "--log-level")
       level = value("--log-level");
     else if (a == "--state-dir")
       state_dir = value("--state-dir");
+    else if (a == "--socket")
+      serve_options.socket_path = value("--socket");
+    else if (a == "--socket-group")
+      serve_options.socket_group = value("--socket-group");
+    else if (a == "--listen")
+      serve_options.listen = value("--listen");
+    else if (a == "--allow-remote")
+      serve_options.allow_remote = true;
+    else if (a == "--max-queued")
+      serve_options.max_queued = number("--max-queued");
+    else if (a == "--max-workers")
+      serve_options.max_workers = number("--max-workers");
+    else if (a == "--jobs-per-gpu")
+      serve_options.jobs_per_gpu = number("--jobs-per-gpu");
+    else if (a == "--threads")
+      serve_options.threads = number("--threads");
+    else if (a == "--max-body-bytes")
+      serve_options.max_body_bytes = number("--max-body-bytes");
+    else if (a == "--http-timeout")
+      serve_options.http_timeout = seconds("--http-timeout");
+    else if (a == "--job-ttl")
+      serve_options.job_ttl = seconds("--job-ttl");
+    else if (a == "--shutdown-grace")
+      serve_options.shutdown_grace = seconds("--shutdown-grace");
     else if (a == "--keep-record")
       keep_record = true;
     else if (a == "--json")
@@ -223,7 +303,13 @@ int main(int argc, char** argv) {
     if ((command == "evaluate" || command == "compare") && positional.size() == 2)
       return cmd_run(command == "compare" ? keval::request::EvalRequest::Mode::compare
                                           : keval::request::EvalRequest::Mode::evaluate,
-                     positional[1], state_dir, keep_record);
+                     positional[1], state_dir.value_or(default_state_dir()), keep_record);
+    if (command == "serve" && positional.size() == 1) {
+      // Its own directory by default: the daemon expires records and clears work directories,
+      // which must not touch what a concurrent `keval evaluate` keeps there.
+      serve_options.state_dir = state_dir.value_or(default_state_dir() / "daemon");
+      return cmd_serve(std::move(serve_options));
+    }
   } catch (const std::exception& e) {
     spdlog::critical("infrastructure failure: {}", e.what());
     json::object body;

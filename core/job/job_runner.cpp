@@ -67,6 +67,14 @@ supervisor::JobLaunch make_launch(const request::EvalRequest& request,
   return launch;
 }
 
+const char* status_after_phase(const std::string& phase) {
+  return phase == "compiled" ? "validating" : "profiling";
+}
+
+const char* final_status(result::Verdict verdict) {
+  return verdict == result::Verdict::infrastructure ? "failed" : "completed";
+}
+
 json::object record_json(const result::JobRecord& record, const json::object& request,
                          const std::string& status) {
   json::object o;
@@ -96,10 +104,7 @@ result::Response run_job(const request::EvalRequest& request, const registry::Re
   supervisor::SessionHandlers handlers;
   handlers.on_phase = [&](const std::string& name, const json::object& result) {
     record.phases[name] = result;
-    const std::string status = name == "compiled"    ? "validating"
-                               : name == "validated" ? "profiling"
-                                                     : "finishing";
-    store.save(record.job_id, record_json(record, request.original, status));
+    store.save(record.job_id, record_json(record, request.original, status_after_phase(name)));
   };
   handlers.on_progress = options.on_progress;
   handlers.on_need_device = options.grant_device;
@@ -108,10 +113,7 @@ result::Response run_job(const request::EvalRequest& request, const registry::Re
   std::error_code ec;
   fs::remove_all(options.work_root / record.job_id, ec);
   result::Response response = result::build_response(record);
-  store.save(
-      record.job_id,
-      record_json(record, request.original,
-                  response.verdict == result::Verdict::infrastructure ? "failed" : "completed"));
+  store.save(record.job_id, record_json(record, request.original, final_status(response.verdict)));
   return response;
 }
 

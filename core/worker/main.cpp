@@ -1,10 +1,12 @@
 // keval-worker: runs exactly one job in a fresh process, talking to the host over the protocol
 // descriptor it inherited. Also answers `--describe PLUGIN...` for the host's registry, so the
-// host learns manifests without ever loading plugin code itself.
+// host learns manifests without ever loading plugin code itself, and `--devices` for the daemon's
+// GPU pool, so the host learns the GPUs without ever loading the CUDA driver itself.
 //
 // Usage:
 //   keval-worker --protocol-fd FD
 //   keval-worker --describe PLUGIN.so [PLUGIN.so ...]   (one JSON object per line on stdout)
+//   keval-worker --devices                              (one JSON object on stdout)
 #include "common/log.hpp"
 #include "common/version.hpp"
 #include "protocol/blocking_channel.hpp"
@@ -12,12 +14,17 @@
 #include "worker/pipeline/pipeline.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
 
+#ifdef KEVAL_HAVE_CUDA
+#include "cuda/driver.hpp"
+#endif
+
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <iostream>
 #include <string>
 
+#include <boost/json/array.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value_to.hpp>
 #include <unistd.h>
@@ -42,6 +49,67 @@ int describe(int argc, char** argv) {
   }
   std::cout.flush();
   return status;
+}
+
+// Seed 000's GPU types ("Server automatically detects A100, H100, H200"), else "other".
+std::string gpu_type_of(const std::string& device_name) {
+  for (const char* type : {"H200", "H100", "A100"})
+    if (device_name.find(type) != std::string::npos)
+      return type;
+  return "other";
+}
+
+// The CUDA devices this process can see (CUDA_VISIBLE_DEVICES applies: the driver honours it, and
+// the indices are the ordinals a job's grant names): {"devices": [{index, name, gpu_type, arch,
+// memory_bytes}]}, plus "reason" when there are none.
+int list_devices() {
+  boost::json::array devices;
+  std::string reason;
+#ifdef KEVAL_HAVE_CUDA
+  try {
+    if (keval::cuda::driver_available(&reason)) {
+      const keval::cuda::DriverApi& d = keval::cuda::driver();
+      keval::cuda::check(d.cuInit(0), "cuInit");
+      int count = 0;
+      keval::cuda::check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+      for (int ordinal = 0; ordinal < count; ++ordinal) {
+        CUdevice device = 0;
+        keval::cuda::check(d.cuDeviceGet(&device, ordinal), "cuDeviceGet");
+        char name[256] = {};
+        keval::cuda::check(d.cuDeviceGetName(name, sizeof name - 1, device), "cuDeviceGetName");
+        int major = 0, minor = 0;
+        keval::cuda::check(
+            d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
+            "cuDeviceGetAttribute");
+        keval::cuda::check(
+            d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
+            "cuDeviceGetAttribute");
+        size_t memory = 0;
+        keval::cuda::check(d.cuDeviceTotalMem(&memory, device), "cuDeviceTotalMem");
+        boost::json::object entry;
+        entry["index"] = ordinal;
+        entry["name"] = name;
+        entry["gpu_type"] = gpu_type_of(name);
+        entry["arch"] = major * 10 + minor;
+        entry["memory_bytes"] = static_cast<uint64_t>(memory);
+        devices.push_back(std::move(entry));
+      }
+      if (count == 0)
+        reason = "no CUDA device present (cuDeviceGetCount returned 0)";
+    }
+  } catch (const std::exception& e) { // no device (CUDA_ERROR_NO_DEVICE), a broken driver, ...
+    devices.clear();
+    reason = e.what();
+  }
+#else
+  reason = "this keval-worker was built without the CUDA toolkit";
+#endif
+  boost::json::object out;
+  out["devices"] = std::move(devices);
+  if (out["devices"].as_array().empty())
+    out["reason"] = reason;
+  std::cout << boost::json::serialize(out) << std::endl;
+  return 0;
 }
 
 int serve_one_job(int fd) {
@@ -80,11 +148,13 @@ int main(int argc, char** argv) {
   keval::init_logging("keval-worker", "warn");
   if (argc >= 3 && std::strcmp(argv[1], "--describe") == 0)
     return describe(argc, argv);
+  if (argc == 2 && std::strcmp(argv[1], "--devices") == 0)
+    return list_devices();
   if (argc == 3 && std::strcmp(argv[1], "--protocol-fd") == 0)
     return serve_one_job(std::stoi(argv[2]));
   std::fprintf(stderr,
                "keval-worker %s: runs one keval job; started by keval, not by hand.\n"
-               "usage: keval-worker --protocol-fd FD | --describe PLUGIN.so...\n",
+               "usage: keval-worker --protocol-fd FD | --describe PLUGIN.so... | --devices\n",
                keval::kVersion);
   return 2;
 }

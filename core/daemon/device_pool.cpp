@@ -1,0 +1,200 @@
+#include "daemon/device_pool.hpp"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include <boost/asio/post.hpp>
+
+namespace keval::daemon {
+
+namespace json = boost::json;
+
+namespace {
+
+bool wants(const json::array& types, std::string_view type) {
+  return std::any_of(types.begin(), types.end(),
+                     [&](const json::value& t) { return t.is_string() && t.as_string() == type; });
+}
+
+std::string offered(const json::array& types) {
+  std::string text;
+  for (const auto& t : types)
+    if (t.is_string())
+      text += (text.empty() ? "" : ", ") + std::string(t.as_string());
+  return text.empty() ? "none" : text;
+}
+
+} // namespace
+
+json::object DeviceGrant::to_protocol() const {
+  if (type.empty())
+    return json::object{{"error", error}};
+  return json::object{{"device", json::object{{"type", type}, {"index", index}}}};
+}
+
+json::object DeviceGrant::to_json() const {
+  return json::object{{"type", type}, {"index", index}, {"gpu_type", gpu_type}};
+}
+
+DevicePool::DevicePool(boost::asio::any_io_executor executor, std::vector<GpuDevice> gpus,
+                       size_t jobs_per_gpu)
+    : executor_(std::move(executor)), jobs_per_gpu_(std::max<size_t>(1, jobs_per_gpu)) {
+  for (auto& gpu : gpus) {
+    Slot slot;
+    slot.device = std::move(gpu);
+    slots_.push_back(std::move(slot));
+  }
+}
+
+bool DevicePool::fits(const Slot& slot, const DeviceWish& wish) const {
+  return (!wish.gpu_type || slot.device.gpu_type == *wish.gpu_type) &&
+         (wish.arch == 0 || slot.device.arch == wish.arch);
+}
+
+std::optional<size_t> DevicePool::free_slot(const DeviceWish& wish) const {
+  std::optional<size_t> best;
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (fits(slots_[i], wish) && slots_[i].holders < jobs_per_gpu_ &&
+        (!best || slots_[i].holders < slots_[*best].holders))
+      best = i;
+  return best;
+}
+
+DeviceGrant DevicePool::take(size_t slot_index, Ticket ticket) {
+  Slot& slot = slots_[slot_index];
+  if (slot.holders++ == 0)
+    slot.busy_since = Clock::now();
+  ++slot.grants;
+  held_[ticket] = slot_index;
+  return DeviceGrant{"cuda", slot.device.index, slot.device.gpu_type, {}};
+}
+
+void DevicePool::deliver(std::function<void(DeviceGrant)> on_grant, DeviceGrant grant) {
+  boost::asio::post(
+      executor_, [on_grant = std::move(on_grant), grant = std::move(grant)]() { on_grant(grant); });
+}
+
+DevicePool::Ticket DevicePool::acquire(DeviceWish wish, std::function<void(DeviceGrant)> on_grant) {
+  std::lock_guard lock(mutex_);
+  const Ticket ticket = next_ticket_++;
+  const bool any_gpu_fits =
+      std::any_of(slots_.begin(), slots_.end(), [&](const Slot& slot) { return fits(slot, wish); });
+  if (wants(wish.device_types, "cuda") && any_gpu_fits) {
+    if (auto slot = free_slot(wish))
+      deliver(std::move(on_grant), take(*slot, ticket));
+    else
+      waiting_.push_back(Waiter{ticket, std::move(wish), std::move(on_grant)});
+    return ticket;
+  }
+  if (wants(wish.device_types, "cpu")) {
+    held_[ticket] = std::nullopt;
+    deliver(std::move(on_grant), DeviceGrant{"cpu", 0, "cpu", {}});
+    return ticket;
+  }
+  DeviceGrant refusal;
+  if (!wants(wish.device_types, "cuda"))
+    refusal.error = "the job needs a device of type " + offered(wish.device_types) +
+                    " and this host offers cuda and cpu only";
+  else if (wish.gpu_type)
+    refusal.error = "this host has no GPU of type " + *wish.gpu_type;
+  else if (slots_.empty())
+    refusal.error = "this host has no CUDA device the daemon can use";
+  else
+    refusal.error = "no GPU on this host has compute capability " + std::to_string(wish.arch);
+  deliver(std::move(on_grant), std::move(refusal));
+  return ticket;
+}
+
+void DevicePool::release(Ticket ticket) {
+  std::lock_guard lock(mutex_);
+  if (auto it = std::find_if(waiting_.begin(), waiting_.end(),
+                             [&](const Waiter& w) { return w.ticket == ticket; });
+      it != waiting_.end()) {
+    waiting_.erase(it);
+    return;
+  }
+  auto held = held_.find(ticket);
+  if (held == held_.end())
+    return;
+  const std::optional<size_t> slot_index = held->second;
+  held_.erase(held);
+  if (!slot_index)
+    return; // the CPU device is shared and never waited for
+  Slot& slot = slots_[*slot_index];
+  if (--slot.holders == 0)
+    slot.busy_ms +=
+        std::chrono::duration<double, std::milli>(Clock::now() - slot.busy_since).count();
+  // FIFO among the waiters this GPU fits; a waiter for another type or arch does not block them.
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (auto free = free_slot(it->wish)) {
+      deliver(std::move(it->on_grant), take(*free, it->ticket));
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+int DevicePool::compile_arch(const std::optional<std::string>& gpu_type) const {
+  std::lock_guard lock(mutex_);
+  struct Load {
+    size_t gpus = 0;
+    size_t jobs = 0; // holding or waiting
+  };
+  std::map<int, Load> by_arch;
+  for (const auto& slot : slots_)
+    if (!gpu_type || slot.device.gpu_type == *gpu_type) {
+      by_arch[slot.device.arch].gpus += 1;
+      by_arch[slot.device.arch].jobs += slot.holders;
+    }
+  for (const auto& waiter : waiting_)
+    if (auto it = by_arch.find(waiter.wish.arch); it != by_arch.end())
+      it->second.jobs += 1;
+  int best = 0;
+  double best_load = 0;
+  for (const auto& [arch, load] : by_arch) { // ascending arch: ties go to the newer one
+    const double per_gpu = static_cast<double>(load.jobs) / static_cast<double>(load.gpus);
+    if (best == 0 || per_gpu <= best_load) {
+      best = arch;
+      best_load = per_gpu;
+    }
+  }
+  return best;
+}
+
+bool DevicePool::has_gpu_type(std::string_view gpu_type) const {
+  std::lock_guard lock(mutex_);
+  return std::any_of(slots_.begin(), slots_.end(),
+                     [&](const Slot& slot) { return slot.device.gpu_type == gpu_type; });
+}
+
+std::string DevicePool::uniform_gpu_type() const {
+  std::lock_guard lock(mutex_);
+  if (slots_.empty())
+    return {};
+  for (const auto& slot : slots_)
+    if (slot.device.gpu_type != slots_.front().device.gpu_type)
+      return {};
+  return slots_.front().device.gpu_type;
+}
+
+std::vector<GpuState> DevicePool::snapshot() const {
+  std::lock_guard lock(mutex_);
+  const auto now = Clock::now();
+  std::vector<GpuState> states;
+  for (const auto& slot : slots_) {
+    GpuState state{slot.device, slot.holders, slot.grants, slot.busy_ms};
+    if (slot.holders > 0)
+      state.busy_ms += std::chrono::duration<double, std::milli>(now - slot.busy_since).count();
+    states.push_back(std::move(state));
+  }
+  return states;
+}
+
+size_t DevicePool::waiting() const {
+  std::lock_guard lock(mutex_);
+  return waiting_.size();
+}
+
+} // namespace keval::daemon

@@ -1,0 +1,115 @@
+// The daemon's devices: every visible GPU, leased to one job at a time by default (validation
+// and profiling must not share a GPU, or timings lie), and the CPU device, which CPU-mode kernel
+// types share without a lease. Jobs that find every fitting GPU busy wait in FIFO order.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+
+namespace keval::daemon {
+
+// A visible CUDA device, as `keval-worker --devices` reports it.
+struct GpuDevice {
+  int index = 0;        // CUDA ordinal as the worker sees it (after CUDA_VISIBLE_DEVICES)
+  std::string name;     // "NVIDIA H100 80GB HBM3"
+  std::string gpu_type; // "A100", "H100", "H200" or "other"
+  int arch = 0;         // compute capability, 90 for sm_90
+  uint64_t memory_bytes = 0;
+};
+
+// What a job's worker asks for and what the client allowed.
+struct DeviceWish {
+  boost::json::array device_types;     // the worker's preference order: "cuda", "cpu"
+  std::optional<std::string> gpu_type; // the request's X-GPU-Type, when given
+  int arch = 0;                        // the architecture the job compiled for; 0: any
+};
+
+// A decision: a device, or why there is none (type is then empty).
+struct DeviceGrant {
+  std::string type; // "cuda" or "cpu"
+  int index = 0;
+  std::string gpu_type; // the GPU's type, "cpu" for the CPU device
+  std::string error;
+
+  // The worker protocol's grant: {"device": {"type", "index"}} or {"error": "..."}.
+  boost::json::object to_protocol() const;
+  boost::json::object to_json() const; // {"type", "index", "gpu_type"}
+};
+
+// One GPU as /health and /stats show it.
+struct GpuState {
+  GpuDevice device;
+  size_t holders = 0; // jobs holding it now
+  uint64_t grants = 0;
+  double busy_ms = 0; // time with at least one holder, including the current lease
+};
+
+class DevicePool {
+public:
+  using Ticket = uint64_t;
+
+  // `jobs_per_gpu` jobs may hold one GPU at once (1: exclusive). Grants are delivered on
+  // `executor`.
+  DevicePool(boost::asio::any_io_executor executor, std::vector<GpuDevice> gpus,
+             size_t jobs_per_gpu = 1);
+
+  // Grants a device now or once a fitting GPU is free. `on_grant` runs on the executor, never
+  // inside this call, exactly once unless the ticket is released first. When nothing on this
+  // host can ever fit, the grant carries the error at once.
+  Ticket acquire(DeviceWish wish, std::function<void(DeviceGrant)> on_grant);
+  // Gives the ticket's device back, or withdraws the ticket from the queue. Idempotent.
+  void release(Ticket ticket);
+
+  // The architecture to compile a job for, before it asks for a device: among the GPUs of
+  // `gpu_type` (any when absent), the architecture whose GPUs are least loaded. 0 without GPUs.
+  int compile_arch(const std::optional<std::string>& gpu_type) const;
+  bool has_gpu_type(std::string_view gpu_type) const;
+  // The GPUs' common type when they all share one ("H100"), else empty.
+  std::string uniform_gpu_type() const;
+
+  std::vector<GpuState> snapshot() const;
+  size_t waiting() const;
+
+private:
+  using Clock = std::chrono::steady_clock;
+  struct Slot {
+    GpuDevice device;
+    size_t holders = 0;
+    uint64_t grants = 0;
+    Clock::time_point busy_since;
+    double busy_ms = 0;
+  };
+  struct Waiter {
+    Ticket ticket;
+    DeviceWish wish;
+    std::function<void(DeviceGrant)> on_grant;
+  };
+
+  bool fits(const Slot& slot, const DeviceWish& wish) const;
+  std::optional<size_t> free_slot(const DeviceWish& wish) const;
+  DeviceGrant take(size_t slot, Ticket ticket);
+  void deliver(std::function<void(DeviceGrant)> on_grant, DeviceGrant grant);
+
+  boost::asio::any_io_executor executor_;
+  const size_t jobs_per_gpu_;
+  mutable std::mutex mutex_;
+  std::vector<Slot> slots_;
+  std::deque<Waiter> waiting_;
+  std::unordered_map<Ticket, std::optional<size_t>> held_; // ticket -> GPU slot, nullopt: CPU
+  Ticket next_ticket_ = 1;
+};
+
+} // namespace keval::daemon

@@ -1,0 +1,642 @@
+#include "daemon/job_manager.hpp"
+
+#include "common/log.hpp"
+#include "daemon/job_record.hpp"
+#include "job/job_runner.hpp"
+#include "result/response.hpp"
+#include "store/job_store.hpp"
+#include "supervisor/worker_session.hpp"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/json/value_to.hpp>
+
+namespace keval::daemon {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using End = supervisor::SessionOutcome::End;
+
+namespace {
+
+constexpr const char* kStatuses[] = {"submitted", "compiling", "validating",
+                                     "profiling", "completed", "failed"};
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+json::value time_or_null(double unix_seconds) {
+  return unix_seconds > 0 ? json::value(unix_seconds) : json::value(nullptr);
+}
+
+std::string string_field(const json::object& o, const char* key) {
+  const auto* v = o.if_contains(key);
+  return v != nullptr && v->is_string() ? std::string(v->as_string()) : std::string();
+}
+
+double number_field(const json::object& o, const char* key) {
+  const auto* v = o.if_contains(key);
+  return v != nullptr && v->is_number() ? v->to_number<double>() : 0.0;
+}
+
+supervisor::SessionOutcome cancelled(std::string message, std::string stage) {
+  supervisor::SessionOutcome outcome;
+  outcome.end = End::cancelled;
+  outcome.message = std::move(message);
+  outcome.stage = std::move(stage);
+  return outcome;
+}
+
+bool is_final(const std::string& status) {
+  return status == "completed" || status == "failed";
+}
+
+} // namespace
+
+class JobManager::Impl {
+public:
+  Impl(asio::any_io_executor executor, const registry::Registry& registry, DevicePool& devices,
+       JobManagerConfig config)
+      : executor_(executor), registry_(registry), devices_(devices), config_(std::move(config)),
+        store_(config_.state_dir / "jobs"), expiry_timer_(executor), grace_timer_(executor) {
+    run_options_.worker_exe = config_.worker_exe;
+    run_options_.work_root = config_.state_dir / "work";
+  }
+
+  // --- start-up ------------------------------------------------------------------------------
+
+  void recover() {
+    // Work directories of jobs that died with an earlier daemon: nothing will ever read them.
+    std::error_code ec;
+    fs::remove_all(run_options_.work_root, ec);
+    fs::create_directories(run_options_.work_root);
+    fs::permissions(run_options_.work_root, fs::perms::owner_all, fs::perm_options::replace);
+
+    const double now = unix_now();
+    std::lock_guard lock(mutex_);
+    for (const auto& id : store_.list()) {
+      auto record = store_.load(id);
+      // The daemon's records carry submitted_at; others (`keval evaluate --keep-record` into the
+      // same directory) are not the daemon's to expire or to call interrupted.
+      if (!record || !record->contains("submitted_at")) {
+        if (!record)
+          spdlog::warn("job record {} is unreadable; ignored", store_.record_path(id).string());
+        continue;
+      }
+      auto job = std::make_shared<Job>();
+      job->id = id;
+      job->mode = string_field(*record, "mode");
+      job->status = string_field(*record, "status");
+      job->submitted_at = number_field(*record, "submitted_at");
+      job->started_at = number_field(*record, "started_at");
+      job->finished_at = number_field(*record, "finished_at");
+      if (!is_final(job->status)) {
+        spdlog::warn("job {} was {} when the daemon stopped: reported as interrupted", id,
+                     job->status);
+        *record = interrupted(std::move(*record), now);
+        store_.save(id, *record);
+        job->status = "failed";
+        job->finished_at = now;
+        stats_.interrupted();
+      }
+      if (job->finished_at + ttl_seconds() <= now) {
+        store_.remove(id);
+        continue;
+      }
+      job->stage = "done";
+      job->finished = true;
+      job->http_status = record_http_status(*record);
+      jobs_.emplace(id, std::move(job));
+    }
+    if (!jobs_.empty())
+      spdlog::info("recovered {} finished job(s) from {}", jobs_.size(), store_.root().string());
+    schedule_expiry();
+  }
+
+  // --- submitting ----------------------------------------------------------------------------
+
+  std::string submit(request::EvalRequest request, std::optional<std::string> gpu_type,
+                     JobDone on_done) {
+    auto job = std::make_shared<Job>();
+    job->id = request.job_id.value_or(job::new_job_id());
+    job->mode = request.mode == request::EvalRequest::Mode::compare ? "compare" : "evaluate";
+    job->record.job_id = job->id;
+    job->record.mode = job->mode;
+    job->record.warnings = request.warnings;
+    job->gpu_type = std::move(gpu_type);
+    job->submitted_at = unix_now();
+    job->submitted_clock = Clock::now();
+    if (on_done)
+      job->waiters.push_back(std::move(on_done));
+    job->request = std::make_shared<const request::EvalRequest>(std::move(request));
+    update(job, [&](Job& j) {
+      if (shutting_down_)
+        throw SubmitRefused(SubmitRefused::Reason::shutting_down, "the daemon is shutting down");
+      if (pending_.size() >= config_.max_queued)
+        throw SubmitRefused(SubmitRefused::Reason::queue_full,
+                            "the job queue is full (" + std::to_string(pending_.size()) +
+                                " jobs waiting for a worker); retry later");
+      if (jobs_.count(j.id) != 0)
+        throw SubmitRefused(SubmitRefused::Reason::duplicate_job_id,
+                            "a job with id '" + j.id + "' already exists");
+      jobs_.emplace(j.id, job);
+      pending_.push_back(job);
+      stats_.submitted();
+    });
+    dispatch();
+    return job->id;
+  }
+
+  // --- reading -------------------------------------------------------------------------------
+
+  std::optional<json::object> view(const std::string& id) const {
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = jobs_.find(id);
+      if (it == jobs_.end())
+        return std::nullopt;
+      job = it->second;
+    }
+    RecordSnapshot snapshot;
+    {
+      // Not while a change is being written: a client sees no status or phase a crash would lose.
+      std::lock_guard save_lock(job->save_mutex);
+      std::lock_guard lock(mutex_);
+      if (!job->finished)
+        snapshot = snapshot_of(job, /*with_request=*/false);
+    }
+    if (snapshot.job)
+      return job_view(record_of(snapshot));
+    // Finished: only the summary stays in memory, the record is on disk.
+    auto record = store_.load(id);
+    if (!record)
+      return std::nullopt;
+    return job_view(*record);
+  }
+
+  StatsSnapshot stats() const {
+    StatsSnapshot s;
+    std::lock_guard lock(mutex_);
+    for (const char* status : kStatuses)
+      s.jobs_by_status[status] = 0;
+    for (const auto& [id, job] : jobs_) {
+      ++s.jobs_by_status[job->status];
+      if (job->stage == "waiting_for_device")
+        ++s.waiting_for_device;
+    }
+    s.queued = pending_.size();
+    s.queue_capacity = config_.max_queued;
+    s.active = running_;
+    s.max_active = config_.max_running;
+    s.counters = stats_.counters();
+    return s;
+  }
+
+  bool shutting_down() const {
+    std::lock_guard lock(mutex_);
+    return shutting_down_;
+  }
+
+  // --- cancelling and stopping ---------------------------------------------------------------
+
+  CancelResult cancel(const std::string& id, JobDone on_done) {
+    std::shared_ptr<Job> unstarted;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = jobs_.find(id);
+      if (it == jobs_.end())
+        return CancelResult::not_found;
+      const auto& job = it->second;
+      if (job->finished || job->ending)
+        return CancelResult::already_finished;
+      job->waiters.push_back(std::move(on_done));
+      if (!job->started) {
+        pending_.erase(std::find(pending_.begin(), pending_.end(), job));
+        unstarted = job;
+      } else {
+        job->cancel_reason = "job cancelled by the client";
+        if (job->session)
+          job->session->cancel(); // its on_complete finishes the job
+      }
+    }
+    if (unstarted)
+      finish(unstarted, cancelled("job cancelled by the client before it started", "queued"));
+    return CancelResult::cancelling;
+  }
+
+  void shutdown(std::chrono::milliseconds grace, std::function<void()> on_idle) {
+    {
+      std::lock_guard lock(mutex_);
+      if (shutting_down_)
+        return;
+      shutting_down_ = true; // from now on nothing is submitted or started
+    }
+    // The timers belong to the executor's thread, like everything else on it.
+    asio::post(executor_, [this, grace, on_idle = std::move(on_idle)]() mutable {
+      drain(grace, std::move(on_idle));
+    });
+  }
+
+  void cancel_running(const std::string& reason) {
+    std::lock_guard lock(mutex_);
+    for (auto& [id, job] : jobs_)
+      if (job->started && !job->finished && !job->ending) {
+        job->cancel_reason = reason;
+        if (job->session)
+          job->session->cancel();
+      }
+  }
+
+private:
+  struct Job {
+    std::string id;
+    std::string mode;
+    std::string status = "submitted";
+    std::string stage = "queued";
+    std::shared_ptr<const request::EvalRequest> request; // until the final record is written
+    std::optional<std::string> gpu_type;
+    result::JobRecord record; // phases and outcome, until the final record is written
+    std::optional<DeviceGrant> device;
+    std::optional<DevicePool::Ticket> ticket;
+    std::shared_ptr<supervisor::WorkerSession> session; // reset when it ends (it refers to us)
+    // When set: the outcome's message; the worker is killed once it exists, or never started.
+    std::string cancel_reason;
+    bool started = false;
+    bool ending = false;   // the outcome is known and the final record is being written
+    bool finished = false; // the final record is on disk; only this summary stays in memory
+    int http_status = 0;
+    double submitted_at = 0, started_at = 0, finished_at = 0; // Unix seconds
+    Clock::time_point submitted_clock, granted_clock, validated_clock;
+    std::vector<JobDone> waiters;
+    // Held from a change until its record is written, and by readers: the status and phases that
+    // GET /jobs shows are on disk already. Taken before mutex_, never while holding it.
+    std::mutex save_mutex;
+  };
+
+  // What a record needs, copied under the lock and turned into JSON outside it.
+  struct RecordSnapshot {
+    std::shared_ptr<Job> job;
+    result::JobRecord record;
+    std::shared_ptr<const request::EvalRequest> request;
+    std::string status;
+    json::object fields;
+  };
+
+  // Caller holds mutex_.
+  RecordSnapshot snapshot_of(const std::shared_ptr<Job>& job, bool with_request) const {
+    RecordSnapshot s;
+    s.job = job;
+    s.record = job->record;
+    if (with_request)
+      s.request = job->request;
+    s.status = job->status;
+    s.fields["stage"] = job->stage;
+    s.fields["submitted_at"] = time_or_null(job->submitted_at);
+    s.fields["started_at"] = time_or_null(job->started_at);
+    s.fields["finished_at"] = time_or_null(job->finished_at);
+    s.fields["device"] = job->device ? json::value(job->device->to_json()) : json::value(nullptr);
+    if (job->http_status != 0)
+      s.fields["http_status"] = job->http_status;
+    return s;
+  }
+
+  static json::object record_of(const RecordSnapshot& s) {
+    static const json::object no_request;
+    json::object record =
+        job::record_json(s.record, s.request ? s.request->original : no_request, s.status);
+    for (const auto& [key, value] : s.fields)
+      record[key] = value;
+    return record;
+  }
+
+  // Applies `change` (under mutex_; it may throw, changing nothing) and writes the job's record
+  // before anyone can read the change. Returns the record.
+  json::object update(const std::shared_ptr<Job>& job, const std::function<void(Job&)>& change) {
+    std::lock_guard save_lock(job->save_mutex);
+    RecordSnapshot snapshot;
+    {
+      std::lock_guard lock(mutex_);
+      change(*job);
+      snapshot = snapshot_of(job, /*with_request=*/true);
+    }
+    json::object record = record_of(snapshot);
+    try {
+      store_.save(job->id, record);
+    } catch (const std::exception& e) {
+      spdlog::error("job {}: cannot write its record: {}", job->id, e.what());
+    }
+    return record;
+  }
+
+  // A record left unfinished by an earlier daemon, failed as interrupted with what it had.
+  json::object interrupted(json::object record, double now) const {
+    result::JobRecord r;
+    r.job_id = string_field(record, "job_id");
+    r.mode = string_field(record, "mode");
+    if (const auto* phases = record.if_contains("phases"); phases && phases->is_object())
+      for (const auto& [name, result] : phases->as_object())
+        if (result.is_object())
+          r.phases[name] = result.as_object();
+    const std::string was = string_field(record, "status");
+    // A restart is keval's failure, never the kernel's: reported like a cancellation (HTTP 500).
+    r.outcome = cancelled("the daemon stopped while this job was " + was +
+                              "; it was interrupted by the restart (completed phases are kept)",
+                          string_field(record, "stage"));
+    static const json::object no_request;
+    const auto* request = record.if_contains("request");
+    json::object out = job::record_json(
+        r, request && request->is_object() ? request->as_object() : no_request, "failed");
+    for (const char* key : {"submitted_at", "started_at", "device"})
+      if (const auto* v = record.if_contains(key))
+        out[key] = *v;
+    out["stage"] = "done";
+    out["finished_at"] = now;
+    out["http_status"] = result::http_status(result::build_response(r).verdict);
+    out["interrupted"] = true;
+    return out;
+  }
+
+  // --- running -------------------------------------------------------------------------------
+
+  // Shutdown, on the executor: queued jobs fail now, running ones get `grace`.
+  void drain(std::chrono::milliseconds grace, std::function<void()> on_idle) {
+    std::deque<std::shared_ptr<Job>> unstarted;
+    {
+      std::lock_guard lock(mutex_);
+      expiry_timer_.cancel();
+      unstarted.swap(pending_);
+      for (auto& job : unstarted)
+        job->ending = true; // out of the queue: nobody else may start or cancel it now
+    }
+    for (auto& job : unstarted)
+      finish(job, cancelled("the daemon shut down before this job started", "queued"));
+    {
+      std::lock_guard lock(mutex_);
+      if (running_ > 0) {
+        spdlog::info("waiting up to {} s for {} running job(s)", grace.count() / 1000.0, running_);
+        on_idle_ = std::move(on_idle);
+        grace_timer_.expires_after(grace);
+        grace_timer_.async_wait([this](boost::system::error_code ec) {
+          if (!ec)
+            cancel_running("the daemon shut down and the job did not finish within the "
+                           "shutdown grace period");
+        });
+        return;
+      }
+    }
+    on_idle();
+  }
+
+  void dispatch() {
+    std::vector<std::shared_ptr<Job>> starting;
+    {
+      std::lock_guard lock(mutex_);
+      while (!shutting_down_ && running_ < config_.max_running && !pending_.empty()) {
+        starting.push_back(pending_.front());
+        pending_.pop_front();
+        starting.back()->started = true; // out of the queue: a cancel now goes to its worker
+        ++running_;
+      }
+    }
+    // Workers are spawned on the executor's own thread only: Boost.Process brackets fork() with
+    // notify_fork on the worker's io_context, which must not race with other threads using it.
+    for (auto& job : starting)
+      asio::post(executor_, [this, job = std::move(job)] {
+        std::string cancelled_before_start;
+        update(job, [&](Job& j) {
+          cancelled_before_start = j.cancel_reason;
+          j.status = "compiling";
+          j.stage = "compiling";
+          j.started_at = unix_now();
+        });
+        if (cancelled_before_start.empty())
+          launch(job);
+        else
+          finish(job, cancelled(cancelled_before_start, "starting"));
+      });
+  }
+
+  void launch(const std::shared_ptr<Job>& job) {
+    supervisor::JobLaunch launch;
+    try {
+      launch = job::make_launch(*job->request, registry_, job->id, run_options_);
+      launch.cuda_arch = devices_.compile_arch(job->gpu_type);
+      fs::create_directories(launch.work_dir);
+    } catch (const std::exception& e) {
+      supervisor::SessionOutcome failed;
+      failed.end = End::spawn_failed;
+      failed.message = std::string("cannot prepare the job: ") + e.what();
+      failed.stage = "starting";
+      finish(job, std::move(failed));
+      return;
+    }
+    const int arch = launch.cuda_arch;
+    supervisor::SessionHandlers handlers;
+    handlers.on_phase = [this, job](const std::string& name, const json::object& result) {
+      on_phase(job, name, result);
+    };
+    handlers.on_need_device = [this, job, arch](const json::array& types,
+                                                std::function<void(json::object)> grant) {
+      on_need_device(job, types, arch, std::move(grant));
+    };
+    handlers.on_complete = [this, job](supervisor::SessionOutcome outcome) {
+      finish(job, std::move(outcome));
+    };
+    auto session =
+        supervisor::WorkerSession::start(executor_, std::move(launch), std::move(handlers));
+    std::lock_guard lock(mutex_);
+    if (job->ending || job->finished)
+      return; // it could not start and has already ended (keeping it would be a cycle)
+    job->session = std::move(session);
+    if (!job->cancel_reason.empty())
+      job->session->cancel();
+  }
+
+  void on_phase(const std::shared_ptr<Job>& job, const std::string& name,
+                const json::object& result) {
+    update(job, [&](Job& j) {
+      j.record.phases[name] = result;
+      j.status = job::status_after_phase(name);
+      if (name == "compiled") {
+        stats_.compiled(result);
+        j.stage = "compiled";
+        j.granted_clock = Clock::now(); // until a grant: a worker may fail before asking
+      } else if (name == "validated") {
+        stats_.validated(result, ms_since(j.granted_clock));
+        j.stage = "profiling";
+        j.validated_clock = Clock::now();
+      } else if (name == "profiled") {
+        stats_.profiled(result, ms_since(j.validated_clock));
+        j.stage = "finishing";
+      }
+    });
+  }
+
+  void on_need_device(const std::shared_ptr<Job>& job, const json::array& types, int arch,
+                      std::function<void(json::object)> grant) {
+    {
+      std::lock_guard lock(mutex_);
+      job->stage = "waiting_for_device";
+    }
+    DeviceWish wish{types, job->gpu_type, arch};
+    const auto ticket = devices_.acquire(
+        std::move(wish), [this, job, grant = std::move(grant)](const DeviceGrant& decision) {
+          {
+            std::lock_guard lock(mutex_);
+            job->granted_clock = Clock::now();
+            if (!decision.type.empty()) {
+              job->device = decision;
+              job->stage = "validating";
+            }
+          }
+          grant(decision.to_protocol());
+        });
+    std::lock_guard lock(mutex_);
+    job->ticket = ticket; // on the session's strand, so before its on_complete
+  }
+
+  void finish(const std::shared_ptr<Job>& job, supervisor::SessionOutcome outcome) {
+    std::vector<JobDone> waiters;
+    const json::object record = update(job, [&](Job& j) {
+      if (j.ticket) // the worker is gone: the device is free now, not after the write
+        devices_.release(*std::exchange(j.ticket, std::nullopt));
+      if (outcome.end == End::cancelled && !j.cancel_reason.empty())
+        outcome.message = j.cancel_reason;
+      j.record.outcome = std::move(outcome);
+      const result::Verdict verdict = result::build_response(j.record).verdict;
+      j.ending = true;
+      j.status = job::final_status(verdict);
+      j.stage = "done";
+      j.http_status = result::http_status(verdict);
+      j.finished_at = unix_now();
+      stats_.finished(verdict, j.record.outcome->end, ms_since(j.submitted_clock));
+      waiters.swap(j.waiters);
+    });
+    std::error_code ec;
+    fs::remove_all(run_options_.work_root / job->id, ec);
+
+    std::function<void()> idle;
+    {
+      std::lock_guard lock(mutex_);
+      job->finished = true;
+      job->ending = false;
+      job->request.reset();
+      job->record = result::JobRecord{};
+      job->session.reset();
+      job->device.reset();
+      if (job->started)
+        --running_;
+      if (shutting_down_ && running_ == 0 && on_idle_)
+        idle = std::exchange(on_idle_, nullptr); // a grace timer still pending finds none left
+    }
+    for (auto& waiter : waiters)
+      waiter(record);
+    dispatch();
+    if (idle)
+      idle();
+  }
+
+  // --- expiry --------------------------------------------------------------------------------
+
+  double ttl_seconds() const { return std::chrono::duration<double>(config_.job_ttl).count(); }
+
+  // Caller holds mutex_.
+  void schedule_expiry() {
+    const auto interval = std::clamp<std::chrono::milliseconds>(
+        config_.job_ttl / 4, std::chrono::milliseconds(100), std::chrono::minutes(1));
+    expiry_timer_.expires_after(interval);
+    expiry_timer_.async_wait([this](boost::system::error_code ec) {
+      if (!ec)
+        expire();
+    });
+  }
+
+  void expire() {
+    std::lock_guard lock(mutex_);
+    if (shutting_down_)
+      return;
+    const double now = unix_now();
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+      if (it->second->finished && it->second->finished_at + ttl_seconds() <= now) {
+        store_.remove(it->first);
+        it = jobs_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    schedule_expiry();
+  }
+
+  asio::any_io_executor executor_;
+  const registry::Registry& registry_;
+  DevicePool& devices_;
+  const JobManagerConfig config_;
+  const store::JobStore store_;
+  job::RunOptions run_options_;
+
+  mutable std::mutex mutex_; // everything below
+  std::map<std::string, std::shared_ptr<Job>> jobs_;
+  std::deque<std::shared_ptr<Job>> pending_;
+  size_t running_ = 0;
+  bool shutting_down_ = false;
+  std::function<void()> on_idle_;
+  JobStats stats_;
+  asio::steady_timer expiry_timer_;
+  asio::steady_timer grace_timer_;
+};
+
+JobManager::JobManager(asio::any_io_executor executor, const registry::Registry& registry,
+                       DevicePool& devices, JobManagerConfig config)
+    : impl_(std::make_unique<Impl>(std::move(executor), registry, devices, std::move(config))) {}
+
+JobManager::~JobManager() = default;
+
+void JobManager::recover() {
+  impl_->recover();
+}
+
+std::string JobManager::submit(request::EvalRequest request, std::optional<std::string> gpu_type,
+                               JobDone on_done) {
+  return impl_->submit(std::move(request), std::move(gpu_type), std::move(on_done));
+}
+
+std::optional<json::object> JobManager::view(const std::string& job_id) const {
+  return impl_->view(job_id);
+}
+
+JobManager::CancelResult JobManager::cancel(const std::string& job_id, JobDone on_done) {
+  return impl_->cancel(job_id, std::move(on_done));
+}
+
+StatsSnapshot JobManager::stats() const {
+  return impl_->stats();
+}
+
+bool JobManager::shutting_down() const {
+  return impl_->shutting_down();
+}
+
+void JobManager::shutdown(std::chrono::milliseconds grace, std::function<void()> on_idle) {
+  impl_->shutdown(grace, std::move(on_idle));
+}
+
+void JobManager::cancel_running() {
+  impl_->cancel_running("the daemon was told to stop at once (second signal)");
+}
+
+} // namespace keval::daemon

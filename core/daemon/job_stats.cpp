@@ -1,0 +1,88 @@
+#include "daemon/job_stats.hpp"
+
+#include <algorithm>
+
+#include <boost/json/value_to.hpp>
+
+namespace keval::daemon {
+
+namespace json = boost::json;
+using End = supervisor::SessionOutcome::End;
+
+namespace {
+
+constexpr auto kThroughputWindow = std::chrono::minutes(1);
+
+bool ok_of(const json::object& o) {
+  const auto* ok = o.if_contains("ok");
+  return ok != nullptr && ok->is_bool() && ok->as_bool();
+}
+
+} // namespace
+
+JobStats::JobStats() : started_(Clock::now()) {}
+
+void JobStats::submitted() {
+  ++totals_.submitted;
+}
+
+void JobStats::compiled(const json::object& phase) {
+  for (const char* side : {"ref", "custom"}) {
+    const auto* entry = phase.if_contains(side);
+    if (entry == nullptr || !entry->is_object())
+      continue;
+    const auto& result = entry->as_object();
+    ++totals_.compiles;
+    if (ok_of(result))
+      ++totals_.compile_successes;
+    if (const auto* ms = result.if_contains("time_ms"); ms != nullptr && ms->is_number())
+      totals_.compile_ms_sum += ms->to_number<double>();
+  }
+}
+
+void JobStats::validated(const json::object& phase, double ms) {
+  ++totals_.validations;
+  if (ok_of(phase))
+    ++totals_.validations_correct;
+  totals_.validation_ms_sum += ms;
+}
+
+void JobStats::profiled(const json::object& phase, double ms) {
+  ++totals_.profiles;
+  totals_.profile_ms_sum += ms;
+  if (!ok_of(phase))
+    return;
+  ++totals_.profile_successes;
+  if (const auto* method = phase.if_contains("method"); method != nullptr && method->is_string())
+    ++totals_.timing_methods[std::string(method->as_string())];
+}
+
+void JobStats::finished(result::Verdict verdict, End end, double latency_ms) {
+  ++totals_.finished;
+  ++totals_.finished_by_verdict[result::verdict_name(verdict)];
+  if (end == End::cancelled)
+    ++totals_.cancelled;
+  if (end == End::timed_out)
+    ++totals_.timed_out;
+  totals_.latency_ms_sum += latency_ms;
+  const auto now = Clock::now();
+  recent_finishes_.push_back(now);
+  while (!recent_finishes_.empty() && now - recent_finishes_.front() > kThroughputWindow)
+    recent_finishes_.pop_front();
+}
+
+void JobStats::interrupted() {
+  ++totals_.interrupted;
+}
+
+JobCounters JobStats::counters() const {
+  const auto now = Clock::now();
+  JobCounters out = totals_;
+  out.uptime_s = std::chrono::duration<double>(now - started_).count();
+  out.finished_last_minute = static_cast<uint64_t>(
+      std::count_if(recent_finishes_.begin(), recent_finishes_.end(),
+                    [&](Clock::time_point t) { return now - t <= kThroughputWindow; }));
+  return out;
+}
+
+} // namespace keval::daemon

@@ -1,0 +1,68 @@
+// What GET /stats and GET /metrics report (seed 000's "Metrics Collection": compilation success
+// rate and time, profiling time and graph-capture rate, correctness rate, throughput, latency,
+// active jobs, GPU utilisation), and the counters that accumulate it.
+#pragma once
+
+#include "daemon/device_pool.hpp"
+#include "result/response.hpp"
+#include "supervisor/worker_session.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <boost/json/object.hpp>
+
+namespace keval::daemon {
+
+// Counted since start-up.
+struct JobCounters {
+  double uptime_s = 0;
+  uint64_t submitted = 0;
+  std::map<std::string, uint64_t> finished_by_verdict; // result::verdict_name
+  uint64_t cancelled = 0, timed_out = 0, interrupted = 0;
+  uint64_t compiles = 0, compile_successes = 0; // one per kernel: a compare compiles two
+  double compile_ms_sum = 0;
+  uint64_t validations = 0, validations_correct = 0;
+  double validation_ms_sum = 0; // from the device grant to the validated phase
+  uint64_t profiles = 0, profile_successes = 0;
+  double profile_ms_sum = 0;                      // from validated to profiled
+  std::map<std::string, uint64_t> timing_methods; // "cuda_graph", "cuda_event", ...
+  uint64_t finished = 0;
+  double latency_ms_sum = 0; // submission to result, over finished jobs
+  uint64_t finished_last_minute = 0;
+};
+
+struct StatsSnapshot {
+  JobCounters counters;
+  std::map<std::string, uint64_t> jobs_by_status; // jobs the daemon knows now, every status
+  size_t queued = 0, queue_capacity = 0;          // submitted, waiting for a worker
+  size_t active = 0, max_active = 0;              // workers running
+  size_t waiting_for_device = 0;
+  std::map<int, uint64_t> http_responses; // by status code
+  std::vector<GpuState> gpus;
+};
+
+// Accumulates JobCounters. Not thread-safe: the job manager calls it under its lock.
+class JobStats {
+public:
+  JobStats();
+  void submitted();
+  void compiled(const boost::json::object& phase);
+  void validated(const boost::json::object& phase, double ms);
+  void profiled(const boost::json::object& phase, double ms);
+  void finished(result::Verdict verdict, supervisor::SessionOutcome::End end, double latency_ms);
+  void interrupted();
+  JobCounters counters() const;
+
+private:
+  using Clock = std::chrono::steady_clock;
+  JobCounters totals_;
+  Clock::time_point started_;
+  std::deque<Clock::time_point> recent_finishes_; // the last minute's
+};
+
+} // namespace keval::daemon

@@ -1,0 +1,211 @@
+#include "daemon/serve.hpp"
+
+#include "common/log.hpp"
+#include "common/version.hpp"
+#include "daemon/api.hpp"
+#include "daemon/detail/http_session.hpp"
+#include "daemon/detail/listener.hpp"
+#include "daemon/detail/state_lock.hpp"
+#include "daemon/detail/unix_socket.hpp"
+#include "daemon/device_discovery.hpp"
+#include "daemon/device_pool.hpp"
+#include "daemon/job_manager.hpp"
+#include "registry/registry.hpp"
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+
+namespace keval::daemon {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using local = asio::local::stream_protocol;
+
+namespace {
+
+size_t cpu_cores() {
+  return std::max<size_t>(1, std::thread::hardware_concurrency());
+}
+
+// "127.0.0.1:8000", "localhost:8000", "[::1]:8000". Loopback only unless `allow_remote`: the API
+// runs code it is sent, so exposing it must be a decision.
+tcp::endpoint parse_listen(const std::string& text, bool allow_remote) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+    throw ServeOptionError("--listen wants HOST:PORT, got '" + text + "'");
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  if (host == "localhost")
+    host = "127.0.0.1";
+  boost::system::error_code ec;
+  const auto address = asio::ip::make_address(host, ec);
+  if (ec)
+    throw ServeOptionError("--listen: '" + host + "' is not an IP address");
+  const std::string port_text = text.substr(colon + 1);
+  if (port_text.find_first_not_of("0123456789") != std::string::npos || port_text.size() > 5 ||
+      std::stoul(port_text) > 65535)
+    throw ServeOptionError("--listen: '" + port_text + "' is not a port number");
+  if (!address.is_loopback() && !allow_remote)
+    throw ServeOptionError("--listen " + text +
+                           " is not a loopback address: anyone who can reach it could run code "
+                           "on this machine; add --allow-remote to mean it");
+  return tcp::endpoint(address, static_cast<unsigned short>(std::stoul(port_text)));
+}
+
+// Handlers that throw must not end the daemon: log and keep serving.
+void run_event_loop(asio::io_context& ioc) {
+  for (;;) {
+    try {
+      ioc.run();
+      return;
+    } catch (const std::exception& e) {
+      spdlog::error("unexpected exception in the event loop: {}", e.what());
+    }
+  }
+}
+
+} // namespace
+
+int serve(const ServeOptions& options) {
+  // Peers that vanish mid-response must cost a write error, not the process (workers restore the
+  // default disposition before exec).
+  std::signal(SIGPIPE, SIG_IGN);
+  const std::optional<tcp::endpoint> tcp_endpoint =
+      options.listen.empty() ? std::nullopt
+                             : std::optional(parse_listen(options.listen, options.allow_remote));
+  std::optional<gid_t> group;
+  if (!options.socket_group.empty()) {
+    try {
+      group = detail::group_id(options.socket_group);
+    } catch (const std::exception& e) {
+      throw ServeOptionError(std::string("--socket-group: ") + e.what());
+    }
+  }
+  const detail::StateLock state_lock(options.state_dir);
+
+  const auto registry = registry::Registry::discover(options.plugin_dirs, options.worker_exe);
+  for (const auto& plugin : registry.plugins())
+    if (!plugin.usable())
+      spdlog::warn("plugin {} not loaded: {}", plugin.path.string(), plugin.error);
+  DeviceDiscovery discovery = discover_devices(options.worker_exe);
+  for (const auto& gpu : discovery.gpus)
+    spdlog::info("GPU {}: {} ({}, sm_{}, {} MiB)", gpu.index, gpu.name, gpu.gpu_type, gpu.arch,
+                 gpu.memory_bytes >> 20);
+  if (discovery.gpus.empty())
+    spdlog::warn("no GPU: {}; CPU-mode kernel types only", discovery.reason);
+
+  // Two event loops. Jobs run on one thread: Boost.Process forks with notify_fork on the workers'
+  // io_context, which must not race with other threads using that context. HTTP runs on a pool.
+  // Declaration order is destruction order reversed: the session tracker outlives both loops,
+  // the HTTP loop outlives the job loop (jobs hold replies for HTTP sessions).
+  detail::SessionTracker sessions;
+  asio::io_context http_ioc;
+  asio::io_context jobs_ioc(1);
+  DevicePool devices(jobs_ioc.get_executor(), discovery.gpus, options.jobs_per_gpu);
+  JobManagerConfig job_config;
+  job_config.worker_exe = options.worker_exe;
+  job_config.state_dir = options.state_dir;
+  job_config.max_queued = options.max_queued;
+  job_config.max_running = options.max_workers != 0
+                               ? options.max_workers
+                               : std::max<size_t>(2, cpu_cores() + discovery.gpus.size());
+  job_config.job_ttl = options.job_ttl;
+  JobManager jobs(jobs_ioc.get_executor(), registry, devices, job_config);
+  jobs.recover();
+
+  ApiConfig api_config;
+  api_config.limits.max_request_bytes = options.max_body_bytes;
+  api_config.max_body_bytes = options.max_body_bytes;
+  Api api(jobs, registry, devices, std::move(discovery), api_config);
+  const detail::HttpSettings http{options.max_body_bytes, options.http_timeout};
+
+  std::vector<std::shared_ptr<detail::Listener>> listeners;
+  local::acceptor unix_acceptor(asio::make_strand(http_ioc));
+  const detail::SocketFile socket_file =
+      detail::bind_unix_socket(unix_acceptor, options.socket_path, group);
+  listeners.push_back(
+      detail::start_listener<local>(http_ioc, std::move(unix_acceptor), api, sessions, http));
+  std::string where = "unix:" + options.socket_path.string();
+  if (tcp_endpoint) {
+    tcp::acceptor tcp_acceptor(asio::make_strand(http_ioc));
+    tcp_acceptor.open(tcp_endpoint->protocol());
+    tcp_acceptor.set_option(asio::socket_base::reuse_address(true));
+    tcp_acceptor.bind(*tcp_endpoint);
+    tcp_acceptor.listen();
+    const auto bound = tcp_acceptor.local_endpoint();
+    where += " and tcp:" + bound.address().to_string() + ":" + std::to_string(bound.port());
+    listeners.push_back(
+        detail::start_listener<tcp>(http_ioc, std::move(tcp_acceptor), api, sessions, http));
+  }
+  spdlog::info("keval {} serving on {} (plugins: {}; workers: {}; state: {})", kVersion, where,
+               registry.kernel_types().size(), job_config.max_running, options.state_dir.string());
+
+  // First signal: stop accepting, let running jobs finish (within the grace period), answer
+  // their clients, close the connections, stop. Second signal: cancel the running jobs now.
+  asio::signal_set signals(http_ioc, SIGINT, SIGTERM);
+  asio::steady_timer close_deadline(http_ioc);
+  auto stop_loops = [&] {
+    http_ioc.stop();
+    jobs_ioc.stop();
+  };
+  int signals_seen = 0;
+  std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code ec,
+                                                                      int signal_number) {
+    if (ec)
+      return;
+    if (++signals_seen == 1) {
+      spdlog::info("{}: no new connections; running jobs have {} s to finish",
+                   ::strsignal(signal_number), options.shutdown_grace.count() / 1000.0);
+      for (auto& listener : listeners)
+        listener->stop();
+      detail::remove_socket_file(socket_file);
+      jobs.shutdown(options.shutdown_grace, [&] {
+        asio::post(http_ioc, [&] {
+          // Every job has answered its waiting client; give the writes their timeout.
+          close_deadline.expires_after(options.http_timeout);
+          close_deadline.async_wait([&](boost::system::error_code wait_ec) {
+            if (!wait_ec)
+              stop_loops();
+          });
+          sessions.stop_all(stop_loops);
+        });
+      });
+    } else {
+      spdlog::warn("{} again: cancelling the running jobs", ::strsignal(signal_number));
+      jobs.cancel_running();
+    }
+    signals.async_wait(on_signal);
+  };
+  signals.async_wait(on_signal);
+
+  // The job loop waits for work even when no job runs; it stops with the HTTP loop.
+  auto jobs_work = asio::make_work_guard(jobs_ioc);
+  std::thread jobs_thread([&jobs_ioc] { run_event_loop(jobs_ioc); });
+  const size_t http_threads =
+      options.threads != 0 ? options.threads : std::max<size_t>(2, cpu_cores());
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < http_threads; ++i)
+    threads.emplace_back([&http_ioc] { run_event_loop(http_ioc); });
+  run_event_loop(http_ioc);
+  for (auto& thread : threads)
+    thread.join();
+  jobs_thread.join();
+  sessions.abandon();
+  spdlog::info("keval daemon stopped");
+  return 0;
+}
+
+} // namespace keval::daemon

@@ -1,0 +1,45 @@
+// `keval serve`: the daemon. HTTP/JSON (seed 000's API) on a Unix socket, TCP on request, a job
+// manager over every visible GPU, and a two-stage shutdown: the first SIGTERM/SIGINT stops
+// accepting and lets running jobs finish within a grace period, the second cancels them.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace keval::daemon {
+
+struct ServeOptions {
+  std::filesystem::path socket_path; // always served
+  std::string socket_group;          // empty: owner-only socket (0600); else 0660 for this group
+  std::string listen;                // "HOST:PORT" to serve TCP as well; empty: none
+  bool allow_remote = false;         // let `listen` name a non-loopback address
+  std::filesystem::path state_dir;   // job records (jobs/), work directories (work/), lock
+  std::filesystem::path worker_exe;
+  std::vector<std::filesystem::path> plugin_dirs;
+  size_t max_queued = 256; // jobs waiting for a worker before submissions get 503
+  size_t max_workers = 0;  // workers at once; 0: CPU cores + GPUs
+  size_t jobs_per_gpu = 1; // 1: validation and profiling own their GPU
+  size_t threads = 0;      // HTTP event-loop threads; 0: CPU cores, at least 2
+  uint64_t max_body_bytes = 64ull << 20;
+  std::chrono::milliseconds http_timeout{std::chrono::seconds(30)}; // every read and write
+  std::chrono::milliseconds job_ttl{std::chrono::hours(1)};
+  std::chrono::milliseconds shutdown_grace{std::chrono::seconds(60)};
+};
+
+// Invalid options (a non-loopback --listen without allow_remote, an unknown group, ...).
+class ServeOptionError : public std::invalid_argument {
+public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// Runs the daemon until it is told to stop; returns 0 after a clean shutdown. Throws
+// ServeOptionError for bad options and std::runtime_error when it cannot start (the socket is
+// in use, the state directory is locked by another daemon, ...).
+int serve(const ServeOptions& options);
+
+} // namespace keval::daemon

@@ -1,0 +1,150 @@
+// The job manager through the API: concurrency without loss or duplication, cancellation,
+// timeouts that do not hold up other jobs, expiry.
+#include "daemon_harness.hpp"
+
+#include <dirent.h>
+#include <future>
+#include <set>
+
+#include <gtest/gtest.h>
+
+namespace keval::test::daemon {
+namespace {
+
+// The processes whose parent is `pid` (scans /proc/*/stat).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> children;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line))
+      continue;
+    // pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+    std::istringstream rest(line.substr(line.rfind(')') + 1));
+    std::string state;
+    pid_t parent = 0;
+    rest >> state >> parent;
+    if (parent == pid)
+      children.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return children;
+}
+
+json::object stats(const fs::path& socket) {
+  return HttpClient(socket).get("/stats").json_body();
+}
+
+class DaemonJobs : public ::testing::Test {
+protected:
+  void SetUp() override { ASSERT_TRUE(daemon_.wait_ready()) << daemon_.log(); }
+  fs::path socket() const { return dirs_.socket(); }
+  std::string submit_async(const json::object& request) {
+    const auto r = HttpClient(socket()).post("/evaluate", with_async(request));
+    if (r.status != 202)
+      throw std::runtime_error("submission refused: " + r.body());
+    return std::string(r.json_body().at("job_id").as_string());
+  }
+
+  DaemonDirs dirs_;
+  DaemonProcess daemon_{dirs_.state(), dirs_.socket(), {"--max-workers", "8"}};
+};
+
+TEST_F(DaemonJobs, FiftyConcurrentJobsAllCompleteNoneLostOrDuplicated) {
+  constexpr size_t kJobs = 50;
+  std::vector<std::future<HttpResult>> answers;
+  for (size_t i = 0; i < kJobs; ++i)
+    answers.push_back(std::async(std::launch::async, [this, i] {
+      const bool compare = i % 2 == 1;
+      const auto request =
+          compare ? fault_compare({}, {}) : fault_evaluate(json::object{{"scale", int(i)}});
+      return HttpClient(socket()).post(compare ? "/compare" : "/evaluate", request);
+    }));
+  std::set<std::string> ids;
+  for (auto& answer : answers) {
+    ASSERT_EQ(answer.wait_for(600s), std::future_status::ready);
+    const HttpResult r = answer.get();
+    ASSERT_EQ(r.status, 200u) << r.body();
+    EXPECT_TRUE(r.json_body().at("kernel_exec_result").at("correctness").as_bool()) << r.body();
+    ids.insert(std::string(r.json_body().at("job_id").as_string()));
+  }
+  EXPECT_EQ(ids.size(), kJobs); // fifty different jobs answered fifty requests
+
+  const auto s = stats(socket());
+  const auto& jobs = s.at("jobs").as_object();
+  EXPECT_EQ(jobs.at("submitted_total"), kJobs);
+  EXPECT_EQ(jobs.at("finished_total"), kJobs);
+  EXPECT_EQ(jobs.at("by_status").at("completed"), kJobs);
+  EXPECT_EQ(jobs.at("active"), 0);
+  EXPECT_EQ(jobs.at("queued"), 0);
+  EXPECT_EQ(s.at("compilation").at("total"), kJobs / 2 * 3); // compares compile two kernels
+  EXPECT_EQ(s.at("compilation").at("success_rate"), 1.0);
+  for (const auto& id : ids)
+    EXPECT_EQ(HttpClient(socket()).get("/jobs/" + id).json_body().at("status"), "completed");
+  size_t records = 0;
+  for (const auto& entry : fs::directory_iterator(dirs_.state() / "jobs"))
+    records += entry.path().extension() == ".json" ? 1 : 0;
+  EXPECT_EQ(records, kJobs);
+}
+
+TEST_F(DaemonJobs, CancellingARunningJobKillsItsWorker) {
+  const std::string id = submit_async(hang());
+  ASSERT_TRUE(wait_status(socket(), id, "validating"));
+  EXPECT_EQ(children_of(daemon_.pid()).size(), 1u); // the hung worker
+
+  const auto r = HttpClient(socket()).request(http::verb::delete_, "/jobs/" + id);
+  ASSERT_EQ(r.status, 200u) << r.body();
+  const auto view = r.json_body();
+  EXPECT_EQ(view.at("status"), "failed");
+  EXPECT_EQ(view.at("http_status"), 500);
+  EXPECT_EQ(view.at("result").at("error").at("message"), "job cancelled by the client");
+  EXPECT_TRUE(view.at("compilation_result").at("ok").as_bool()); // what it finished is kept
+  EXPECT_TRUE(children_of(daemon_.pid()).empty());               // the worker is gone
+
+  EXPECT_EQ(HttpClient(socket()).get("/jobs/" + id).json_body().at("status"), "failed");
+  EXPECT_EQ(stats(socket()).at("jobs").at("cancelled_total"), 1);
+}
+
+TEST_F(DaemonJobs, AHungJobTimesOutWith500WhileOtherJobsProceed) {
+  const std::string stuck = submit_async(hang());
+  ASSERT_TRUE(wait_status(socket(), stuck, "validating"));
+  for (int i = 0; i < 5; ++i) {
+    const auto r = HttpClient(socket()).post("/evaluate", fault_evaluate({}));
+    EXPECT_EQ(r.status, 200u) << r.body();
+  }
+  EXPECT_EQ(HttpClient(socket()).get("/jobs/" + stuck).json_body().at("status"), "validating");
+
+  // Past its own timeout a hung job is keval's failure (500), with the phases it completed.
+  const auto timed_out = HttpClient(socket()).post("/evaluate", hang("hang_in_launch", 1.0));
+  ASSERT_EQ(timed_out.status, 500u) << timed_out.body();
+  const auto body = timed_out.json_body();
+  EXPECT_EQ(body.at("status"), "failed");
+  EXPECT_EQ(body.at("error").at("class"), "infrastructure");
+  EXPECT_NE(body.at("error").at("message").as_string().find("exceeded its timeout"),
+            std::string::npos)
+      << body;
+  EXPECT_TRUE(body.at("kernel_exec_result").at("compiled").as_bool());
+  EXPECT_TRUE(body.at("kernel_exec_result").at("metadata").as_object().contains("compile"));
+
+  EXPECT_EQ(HttpClient(socket()).request(http::verb::delete_, "/jobs/" + stuck).status, 200u);
+  const auto s = stats(socket());
+  EXPECT_EQ(s.at("jobs").at("timed_out_total"), 1);
+  EXPECT_EQ(s.at("jobs").at("finished_by_verdict").at("success"), 5);
+}
+
+TEST(DaemonJobsTtl, FinishedJobsExpireAfterTheirTtl) {
+  DaemonDirs dirs;
+  DaemonProcess daemon(dirs.state(), dirs.socket(), {"--job-ttl", "1"});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log();
+  const auto r = HttpClient(dirs.socket()).post("/evaluate", fault_evaluate({}));
+  ASSERT_EQ(r.status, 200u) << r.body();
+  const std::string id(r.json_body().at("job_id").as_string());
+  EXPECT_TRUE(
+      eventually([&] { return HttpClient(dirs.socket()).get("/jobs/" + id).status == 404; }));
+  EXPECT_FALSE(fs::exists(dirs.state() / "jobs" / (id + ".json")));
+}
+
+} // namespace
+} // namespace keval::test::daemon

@@ -1,0 +1,207 @@
+// The GPU pool without GPUs: leases over fake devices, delivered on a private io_context.
+#include "daemon/device_discovery.hpp"
+#include "daemon/device_pool.hpp"
+
+#include <optional>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/json/serialize.hpp>
+#include <gtest/gtest.h>
+
+namespace keval::daemon {
+namespace {
+
+namespace json = boost::json;
+
+GpuDevice gpu(int index, std::string type, int arch) {
+  return GpuDevice{index, "NVIDIA " + type, std::move(type), arch, 80ull << 30};
+}
+
+DeviceWish cuda_wish(std::optional<std::string> type = std::nullopt, int arch = 0) {
+  return DeviceWish{json::array{"cuda", "cpu"}, std::move(type), arch};
+}
+
+// Collects grants; `pump` runs what the pool posted.
+struct Grants {
+  boost::asio::io_context ioc;
+  std::vector<std::pair<int, DeviceGrant>> received; // (caller's tag, grant)
+
+  std::function<void(DeviceGrant)> tagged(int tag) {
+    return [this, tag](DeviceGrant g) { received.emplace_back(tag, std::move(g)); };
+  }
+  void pump() {
+    ioc.restart();
+    ioc.poll();
+  }
+};
+
+TEST(DevicePool, GpuIsExclusiveAndWaitersAreServedInOrder) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {gpu(0, "H100", 90)});
+  const auto first = pool.acquire(cuda_wish(), grants.tagged(1));
+  const auto second = pool.acquire(cuda_wish(), grants.tagged(2));
+  pool.acquire(cuda_wish(), grants.tagged(3));
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 1u);
+  EXPECT_EQ(grants.received[0].first, 1);
+  EXPECT_EQ(grants.received[0].second.type, "cuda");
+  EXPECT_EQ(grants.received[0].second.gpu_type, "H100");
+  EXPECT_EQ(pool.waiting(), 2u);
+  EXPECT_EQ(pool.snapshot()[0].holders, 1u);
+
+  pool.release(first);
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 2u);
+  EXPECT_EQ(grants.received[1].first, 2);
+  pool.release(second);
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 3u);
+  EXPECT_EQ(grants.received[2].first, 3);
+  EXPECT_EQ(pool.snapshot()[0].grants, 3u);
+}
+
+TEST(DevicePool, ReleasingAWaitingTicketWithdrawsIt) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {gpu(0, "A100", 80)});
+  const auto holder = pool.acquire(cuda_wish(), grants.tagged(1));
+  const auto withdrawn = pool.acquire(cuda_wish(), grants.tagged(2));
+  pool.release(withdrawn);
+  pool.release(holder);
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 1u);
+  EXPECT_EQ(pool.waiting(), 0u);
+  EXPECT_EQ(pool.snapshot()[0].holders, 0u);
+  pool.release(holder); // idempotent
+  EXPECT_EQ(pool.snapshot()[0].holders, 0u);
+}
+
+TEST(DevicePool, JobsPerGpuAllowsSharing) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {gpu(0, "H100", 90)}, /*jobs_per_gpu=*/2);
+  pool.acquire(cuda_wish(), grants.tagged(1));
+  pool.acquire(cuda_wish(), grants.tagged(2));
+  pool.acquire(cuda_wish(), grants.tagged(3));
+  grants.pump();
+  EXPECT_EQ(grants.received.size(), 2u);
+  EXPECT_EQ(pool.waiting(), 1u);
+}
+
+TEST(DevicePool, SpreadsJobsOverIdleGpus) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {gpu(0, "H100", 90), gpu(1, "H100", 90)});
+  pool.acquire(cuda_wish(), grants.tagged(1));
+  pool.acquire(cuda_wish(), grants.tagged(2));
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 2u);
+  EXPECT_NE(grants.received[0].second.index, grants.received[1].second.index);
+}
+
+TEST(DevicePool, GpuTypeAndArchConstrainTheGrant) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {gpu(0, "A100", 80), gpu(1, "H200", 90)});
+  pool.acquire(cuda_wish("H200"), grants.tagged(1));
+  pool.acquire(cuda_wish(std::nullopt, 80), grants.tagged(2));
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 2u);
+  EXPECT_EQ(grants.received[0].second.index, 1);
+  EXPECT_EQ(grants.received[1].second.index, 0);
+  EXPECT_TRUE(pool.has_gpu_type("A100"));
+  EXPECT_FALSE(pool.has_gpu_type("H100"));
+  EXPECT_EQ(pool.uniform_gpu_type(), "");
+}
+
+TEST(DevicePool, AWaiterForABusyTypeDoesNotBlockAnotherType) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {gpu(0, "A100", 80), gpu(1, "H100", 90)});
+  const auto a100 = pool.acquire(cuda_wish("A100"), grants.tagged(1));
+  const auto h100 = pool.acquire(cuda_wish("H100"), grants.tagged(2));
+  pool.acquire(cuda_wish("A100"), grants.tagged(3)); // waits for GPU 0
+  pool.acquire(cuda_wish("H100"), grants.tagged(4)); // waits for GPU 1
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 2u);
+  pool.release(h100);
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 3u);
+  EXPECT_EQ(grants.received[2].first, 4);
+  pool.release(a100);
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 4u);
+  EXPECT_EQ(grants.received[3].first, 3);
+}
+
+TEST(DevicePool, CpuIsSharedAndNeedsNoLease) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {});
+  const DeviceWish cpu{json::array{"cpu"}, std::nullopt, 0};
+  for (int i = 0; i < 5; ++i)
+    pool.acquire(cpu, grants.tagged(i));
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 5u);
+  for (const auto& [tag, grant] : grants.received) {
+    EXPECT_EQ(grant.type, "cpu");
+    EXPECT_EQ(grant.gpu_type, "cpu");
+    EXPECT_EQ(json::serialize(grant.to_protocol()), R"({"device":{"type":"cpu","index":0}})");
+  }
+}
+
+TEST(DevicePool, RefusesWhatNoDeviceHereCanServe) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {gpu(0, "A100", 80)});
+  pool.acquire(DeviceWish{json::array{"cuda"}, std::string("H200"), 0}, grants.tagged(1));
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 1u);
+  const DeviceGrant& refusal = grants.received[0].second;
+  EXPECT_TRUE(refusal.type.empty());
+  EXPECT_NE(refusal.error.find("no GPU of type H200"), std::string::npos) << refusal.error;
+  EXPECT_TRUE(refusal.to_protocol().contains("error"));
+
+  Grants none;
+  DevicePool empty(none.ioc.get_executor(), {});
+  empty.acquire(DeviceWish{json::array{"cuda"}, std::nullopt, 0}, none.tagged(1));
+  none.pump();
+  ASSERT_EQ(none.received.size(), 1u);
+  EXPECT_NE(none.received[0].second.error.find("no CUDA device"), std::string::npos);
+}
+
+TEST(DevicePool, BusyTimeAccumulatesOnlyWhileHeld) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {gpu(0, "H100", 90)});
+  EXPECT_EQ(pool.snapshot()[0].busy_ms, 0.0);
+  const auto ticket = pool.acquire(cuda_wish(), grants.tagged(1));
+  pool.release(ticket);
+  const double after_release = pool.snapshot()[0].busy_ms;
+  EXPECT_GE(after_release, 0.0);
+  EXPECT_EQ(pool.snapshot()[0].busy_ms, after_release); // idle: no longer growing
+}
+
+TEST(DevicePool, CompileArchPicksTheLeastLoadedArchitecture) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {gpu(0, "A100", 80), gpu(1, "H100", 90)});
+  EXPECT_EQ(pool.compile_arch(std::nullopt), 90); // tie: the newer one
+  pool.acquire(cuda_wish(std::nullopt, 90), grants.tagged(1));
+  EXPECT_EQ(pool.compile_arch(std::nullopt), 80);
+  EXPECT_EQ(pool.compile_arch(std::string("H100")), 90);
+  Grants none;
+  EXPECT_EQ(DevicePool(none.ioc.get_executor(), {}).compile_arch(std::nullopt), 0);
+}
+
+TEST(DeviceDiscovery, ParsesTheWorkersDeviceList) {
+  const auto found = parse_device_list(
+      R"({"devices": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "gpu_type": "H100",
+                        "arch": 90, "memory_bytes": 85520809984}]})");
+  ASSERT_EQ(found.gpus.size(), 1u);
+  EXPECT_EQ(found.gpus[0].gpu_type, "H100");
+  EXPECT_EQ(found.gpus[0].arch, 90);
+  EXPECT_EQ(found.gpus[0].memory_bytes, 85520809984ull);
+
+  const auto none = parse_device_list(R"({"devices": [], "reason": "no CUDA driver"})");
+  EXPECT_TRUE(none.gpus.empty());
+  EXPECT_EQ(none.reason, "no CUDA driver");
+
+  EXPECT_THROW(parse_device_list("garbage"), std::runtime_error);
+  EXPECT_THROW(parse_device_list(R"({"devices": [{"index": "zero"}]})"), std::runtime_error);
+}
+
+} // namespace
+} // namespace keval::daemon

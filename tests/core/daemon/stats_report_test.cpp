@@ -1,0 +1,93 @@
+// Rendering the daemon's statistics: rates only where something was counted, Prometheus text
+// that scrapers accept.
+#include "daemon/job_record.hpp"
+#include "daemon/job_stats.hpp"
+#include "daemon/stats_report.hpp"
+
+#include <boost/json/parse.hpp>
+#include <gtest/gtest.h>
+
+namespace keval::daemon {
+namespace {
+
+namespace json = boost::json;
+using End = supervisor::SessionOutcome::End;
+
+TEST(StatsReport, RatesAreNullUntilSomethingWasCounted) {
+  StatsSnapshot empty;
+  const auto j = stats_json(empty);
+  EXPECT_TRUE(j.at("compilation").at("success_rate").is_null());
+  EXPECT_TRUE(j.at("compilation").at("mean_time_ms").is_null());
+  EXPECT_TRUE(j.at("throughput").at("mean_latency_ms").is_null());
+}
+
+TEST(StatsReport, CountsPhasesFromWhatWorkersReport) {
+  JobStats stats;
+  stats.submitted();
+  stats.submitted();
+  stats.compiled(json::parse(R"({"ok": false, "ref": {"ok": true, "time_ms": 10},
+                                 "custom": {"ok": false, "time_ms": 30}})")
+                     .as_object());
+  stats.compiled(json::parse(R"({"ok": true, "custom": {"ok": true, "time_ms": 20}})").as_object());
+  stats.validated(json::parse(R"({"ok": true})").as_object(), 4);
+  stats.profiled(json::parse(R"({"ok": true, "method": "cuda_graph"})").as_object(), 8);
+  stats.finished(result::Verdict::kernel_failed, End::completed, 100);
+  stats.finished(result::Verdict::infrastructure, End::timed_out, 300);
+
+  StatsSnapshot snapshot;
+  snapshot.counters = stats.counters();
+  snapshot.jobs_by_status = {{"completed", 1}, {"failed", 1}};
+  snapshot.gpus.push_back(GpuState{GpuDevice{0, "NVIDIA H100", "H100", 90, 1}, 1, 3, 1500});
+  snapshot.http_responses = {{200, 1}, {500, 1}};
+  const auto j = stats_json(snapshot);
+  EXPECT_EQ(j.at("jobs").at("submitted_total"), 2);
+  EXPECT_EQ(j.at("jobs").at("timed_out_total"), 1);
+  EXPECT_EQ(j.at("compilation").at("total"), 3);
+  EXPECT_EQ(j.at("compilation").at("succeeded"), 2);
+  EXPECT_DOUBLE_EQ(j.at("compilation").at("mean_time_ms").as_double(), 20.0);
+  EXPECT_DOUBLE_EQ(j.at("profiling").at("graph_capture_rate").as_double(), 1.0);
+  EXPECT_DOUBLE_EQ(j.at("throughput").at("mean_latency_ms").as_double(), 200.0);
+  EXPECT_EQ(j.at("throughput").at("finished_last_minute"), 2);
+  EXPECT_EQ(j.at("gpus").at(0).at("state"), "busy");
+  EXPECT_EQ(j.at("http_responses").at("500"), 1);
+
+  const std::string text = prometheus_text(snapshot);
+  for (const char* line :
+       {"# TYPE keval_jobs_submitted_total counter\n", "keval_jobs_submitted_total 2\n",
+        "keval_jobs_finished_total{verdict=\"infrastructure_failure\"} 1\n",
+        "keval_compilations_total{result=\"error\"} 1\n", "keval_compile_seconds_sum 0.06\n",
+        "keval_compile_seconds_count 3\n", "keval_profiles_total{method=\"cuda_graph\"} 1\n",
+        "keval_gpu_busy_seconds_total{gpu=\"0\",type=\"H100\"} 1.5\n",
+        "keval_http_responses_total{code=\"500\"} 1\n"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+}
+
+TEST(StatsReport, LabelValuesAreEscaped) {
+  StatsSnapshot snapshot;
+  snapshot.counters.timing_methods["odd\"name\\"] = 1;
+  EXPECT_NE(prometheus_text(snapshot).find(R"(keval_profiles_total{method="odd\"name\\"} 1)"),
+            std::string::npos);
+}
+
+TEST(JobRecord, ViewFollowsSeedJobState) {
+  const auto record = json::parse(R"({
+      "job_id": "j1", "mode": "evaluate", "status": "completed", "stage": "done",
+      "request": {"kernel": {}}, "submitted_at": 1.0, "started_at": 2.0, "finished_at": 3.0,
+      "device": {"type": "cuda", "index": 1, "gpu_type": "H200"}, "http_status": 200,
+      "phases": {"compiled": {"ok": true}, "validated": {"ok": true}},
+      "response": {"job_id": "j1", "status": "success"}})")
+                          .as_object();
+  const auto view = job_view(record);
+  EXPECT_EQ(view.at("status"), "completed");
+  EXPECT_TRUE(view.at("compilation_result").at("ok").as_bool());
+  EXPECT_TRUE(view.at("profiling_result").is_null());
+  EXPECT_EQ(view.at("result").at("status"), "success");
+  EXPECT_FALSE(view.contains("request"));
+  EXPECT_FALSE(view.at("interrupted").as_bool());
+  EXPECT_EQ(record_http_status(record), 200);
+  EXPECT_EQ(record_gpu_type(record), "H200");
+  EXPECT_EQ(record_response(record).at("status"), "success");
+}
+
+} // namespace
+} // namespace keval::daemon
