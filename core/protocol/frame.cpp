@@ -52,18 +52,18 @@ std::optional<boost::json::object> FrameDecoder::next() {
   if (pending.size() < kHeaderBytes + length)
     return std::nullopt;
 
-  std::string_view payload = pending.substr(kHeaderBytes, length);
-  consumed_ += kHeaderBytes + length;
-  // Compact the buffer once the consumed prefix dominates, keeping appends amortised O(1).
-  if (consumed_ > 4096 && consumed_ * 2 > buffer_.size()) {
-    buffer_.erase(0, consumed_);
-    consumed_ = 0;
-  }
-
+  const std::string_view payload = pending.substr(kHeaderBytes, length);
   boost::json::error_code ec;
   boost::json::parse_options options;
   options.max_depth = 64;
   boost::json::value value = boost::json::parse(payload, ec, {}, options);
+  // Only now, with the payload parsed, may the buffer it points into move: compact once the
+  // consumed prefix dominates, keeping appends amortised O(1).
+  consumed_ += kHeaderBytes + length;
+  if (consumed_ > 4096 && consumed_ * 2 > buffer_.size()) {
+    buffer_.erase(0, consumed_);
+    consumed_ = 0;
+  }
   if (ec)
     throw ProtocolError("frame is not valid JSON: " + ec.message());
   if (!value.is_object())

@@ -54,6 +54,33 @@ TEST(FrameCodec, ManySmallFramesInOneChunk) {
   EXPECT_EQ(count, 10000);
 }
 
+// Regression: the decoder compacted its buffer (moving the bytes) before parsing the payload
+// view into it, so a frame that completed once more than 4 KiB had been consumed came out as
+// garbage. Large frames fed in uneven chunks, with the next frame's start in the same chunk,
+// reproduce exactly that arrival pattern.
+TEST(FrameCodec, LargeFramesSurviveBufferCompaction) {
+  std::string stream;
+  for (int i = 0; i < 50; ++i) {
+    boost::json::object m = message("big");
+    m["i"] = i;
+    m["blob"] = std::string(3000 + 97 * i, static_cast<char>('a' + i % 26));
+    stream += encode_frame(m);
+  }
+  for (size_t chunk : {size_t{1000}, size_t{4099}, size_t{7001}, size_t{65536}}) {
+    FrameDecoder decoder;
+    int seen = 0;
+    for (size_t at = 0; at < stream.size(); at += chunk) {
+      decoder.feed(std::string_view(stream).substr(at, chunk));
+      while (auto m = decoder.next()) {
+        ASSERT_EQ(m->at("i").as_int64(), seen) << "chunk " << chunk;
+        ASSERT_EQ(m->at("blob").as_string().size(), 3000u + 97 * seen) << "chunk " << chunk;
+        ++seen;
+      }
+    }
+    EXPECT_EQ(seen, 50) << "chunk " << chunk;
+  }
+}
+
 TEST(FrameCodec, RejectsGarbageAtFirstByte) {
   FrameDecoder decoder;
   decoder.feed("X");
