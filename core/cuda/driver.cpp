@@ -65,6 +65,36 @@ bool driver_available(std::string* reason) {
   return l.error.empty();
 }
 
+namespace {
+
+// The count, or 0 with `why` filled in.
+int count_devices(std::string& why) {
+  if (!driver_available(&why))
+    return 0;
+  if (const CUresult r = loaded().api.cuInit(0); r != CUDA_SUCCESS) {
+    why = "cuInit failed: " + error_text(r);
+    return 0;
+  }
+  int count = 0;
+  if (const CUresult r = loaded().api.cuDeviceGetCount(&count); r != CUDA_SUCCESS) {
+    why = "cuDeviceGetCount failed: " + error_text(r);
+    return 0;
+  }
+  if (count == 0)
+    why = "no CUDA device present (cuDeviceGetCount returned 0)";
+  return count;
+}
+
+} // namespace
+
+int usable_device_count(std::string* reason) {
+  std::string why;
+  const int count = count_devices(why);
+  if (reason != nullptr)
+    *reason = why;
+  return count;
+}
+
 std::string error_text(CUresult code) {
   std::string text = "CUDA error " + std::to_string(static_cast<int>(code));
   if (!driver_available())

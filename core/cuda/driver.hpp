@@ -94,6 +94,12 @@ const DriverApi& driver();
 // True when driver() would succeed; `reason` receives why not.
 bool driver_available(std::string* reason = nullptr);
 
+// Loads the driver, calls cuInit and counts the visible devices (no context is created). Returns
+// the count; when it is 0, `reason` says why no device is usable (no driver, cuInit failed, none
+// present). Never throws. The one availability check shared by the worker, `keval-worker
+// --devices` and the GPU tests.
+int usable_device_count(std::string* reason);
+
 // "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered"
 std::string error_text(CUresult code);
 

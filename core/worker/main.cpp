@@ -67,11 +67,9 @@ int list_devices() {
   std::string reason;
 #ifdef KEVAL_HAVE_CUDA
   try {
-    if (keval::cuda::driver_available(&reason)) {
+    const int count = keval::cuda::usable_device_count(&reason);
+    if (count > 0) {
       const keval::cuda::DriverApi& d = keval::cuda::driver();
-      keval::cuda::check(d.cuInit(0), "cuInit");
-      int count = 0;
-      keval::cuda::check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
       for (int ordinal = 0; ordinal < count; ++ordinal) {
         CUdevice device = 0;
         keval::cuda::check(d.cuDeviceGet(&device, ordinal), "cuDeviceGet");
@@ -94,8 +92,6 @@ int list_devices() {
         entry["memory_bytes"] = static_cast<uint64_t>(memory);
         devices.push_back(std::move(entry));
       }
-      if (count == 0)
-        reason = "no CUDA device present (cuDeviceGetCount returned 0)";
     }
   } catch (const std::exception& e) { // no device (CUDA_ERROR_NO_DEVICE), a broken driver, ...
     devices.clear();

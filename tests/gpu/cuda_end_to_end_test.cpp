@@ -20,15 +20,7 @@ using result::Verdict;
 // Why no CUDA device is usable here, or "" when one is.
 std::string no_device_reason() {
   std::string reason;
-  if (!cuda::driver_available(&reason))
-    return reason;
-  const auto& d = cuda::driver();
-  if (CUresult r = d.cuInit(0); r != CUDA_SUCCESS)
-    return "cuInit failed: " + cuda::error_text(r);
-  int count = 0;
-  if (d.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0)
-    return "no CUDA device present";
-  return {};
+  return cuda::usable_device_count(&reason) > 0 ? std::string() : reason;
 }
 
 class CudaEndToEnd : public ::testing::Test {
@@ -51,15 +43,19 @@ extern "C" __global__ void vector_add(const float* x, const float* y, float* out
 
 json::object cuda_kernel(const std::string& source, int64_t n = kN) {
   const std::string io = R"({"args": [
-    {"name": "x", "type": "tensor", "tensor_spec": {"shape": [)" + std::to_string(n) +
+    {"name": "x", "type": "tensor", "tensor_spec": {"shape": [)" +
+                         std::to_string(n) +
                          R"(], "dtype": "float32", "init": {"kind": "randn", "seed": 1}}},
-    {"name": "y", "type": "tensor", "tensor_spec": {"shape": [)" + std::to_string(n) +
+    {"name": "y", "type": "tensor", "tensor_spec": {"shape": [)" +
+                         std::to_string(n) +
                          R"(], "dtype": "float32", "init": {"kind": "randn", "seed": 2}}},
     {"name": "out", "type": "tensor", "role": "output",
-     "tensor_spec": {"shape": [)" + std::to_string(n) + R"(], "dtype": "float32"}},
-    {"name": "n", "type": "int", "value": )" + std::to_string(n) + R"(}],
-    "launch": {"grid": {"x": )" + std::to_string((n + 255) / 256) +
-                         R"(}, "block": {"x": 256}}})";
+     "tensor_spec": {"shape": [)" +
+                         std::to_string(n) + R"(], "dtype": "float32"}},
+    {"name": "n", "type": "int", "value": )" +
+                         std::to_string(n) + R"(}],
+    "launch": {"grid": {"x": )" +
+                         std::to_string((n + 255) / 256) + R"(}, "block": {"x": 256}}})";
   json::object k;
   k["source_code"] = source;
   k["kernel_type"] = "cuda";
@@ -68,8 +64,8 @@ json::object cuda_kernel(const std::string& source, int64_t n = kN) {
 }
 
 json::object evaluate(const std::string& source, double timeout = 60, int64_t n = kN) {
-  return json::object{{"kernel", cuda_kernel(source, n)}, {"num_trials", 100},
-                      {"timeout", timeout}};
+  return json::object{
+      {"kernel", cuda_kernel(source, n)}, {"num_trials", 100}, {"timeout", timeout}};
 }
 
 json::object compare(const std::string& custom) {
@@ -82,7 +78,9 @@ const json::object& exec(const result::Response& r) {
   return r.body.at("kernel_exec_result").as_object();
 }
 
-std::string str(const json::value& v) { return v.is_string() ? std::string(v.as_string()) : ""; }
+std::string str(const json::value& v) {
+  return v.is_string() ? std::string(v.as_string()) : "";
+}
 
 TEST_F(CudaEndToEnd, VectorAddIsCorrectAndProfiled) {
   const auto r = run_request(evaluate(kAdd), false, built_registry());

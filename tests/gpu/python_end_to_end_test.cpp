@@ -14,17 +14,10 @@
 namespace keval::test::python {
 namespace {
 
+// Why no CUDA device is usable here, or "" when one is.
 std::string no_device_reason() {
   std::string reason;
-  if (!cuda::driver_available(&reason))
-    return reason;
-  const auto& d = cuda::driver();
-  if (CUresult r = d.cuInit(0); r != CUDA_SUCCESS)
-    return "cuInit failed: " + cuda::error_text(r);
-  int count = 0;
-  if (d.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0)
-    return "no CUDA device present";
-  return {};
+  return cuda::usable_device_count(&reason) > 0 ? std::string() : reason;
 }
 
 class PythonGpu : public ::testing::Test {

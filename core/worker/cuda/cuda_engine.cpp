@@ -446,22 +446,10 @@ private:
 CudaAvailability probe_cuda() {
   CudaAvailability availability;
   try {
-    if (!cuda::driver_available(&availability.reason))
+    availability.device_count = cuda::usable_device_count(&availability.reason);
+    if (availability.device_count == 0)
       return availability;
     const cuda::DriverApi& d = cuda::driver();
-    if (const CUresult result = d.cuInit(0); result != CUDA_SUCCESS) {
-      availability.reason = "cuInit failed: " + cuda::error_text(result);
-      return availability;
-    }
-    if (const CUresult result = d.cuDeviceGetCount(&availability.device_count);
-        result != CUDA_SUCCESS) {
-      availability.reason = "cuDeviceGetCount failed: " + cuda::error_text(result);
-      return availability;
-    }
-    if (availability.device_count == 0) {
-      availability.reason = "no CUDA device present (cuDeviceGetCount returned 0)";
-      return availability;
-    }
     CUdevice first = 0;
     int major = 0, minor = 0;
     CUresult result = d.cuDeviceGet(&first, 0);

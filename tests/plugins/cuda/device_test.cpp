@@ -17,17 +17,7 @@ using ::testing::HasSubstr;
 // Why no CUDA device is usable here, or "" when one is.
 std::string no_device_reason() {
   std::string reason;
-  if (!cuda::driver_available(&reason))
-    return reason;
-  const auto& d = cuda::driver();
-  if (CUresult r = d.cuInit(0); r != CUDA_SUCCESS)
-    return "cuInit failed: " + cuda::error_text(r);
-  int count = 0;
-  if (CUresult r = d.cuDeviceGetCount(&count); r != CUDA_SUCCESS)
-    return "cuDeviceGetCount failed: " + cuda::error_text(r);
-  if (count == 0)
-    return "no CUDA device present";
-  return {};
+  return cuda::usable_device_count(&reason) > 0 ? std::string() : reason;
 }
 
 // Device memory for one test.
