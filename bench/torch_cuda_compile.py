@@ -125,10 +125,16 @@ times.sort(); print(times[50])
 """
 
 
-def timed(cmd, env):
+LOG_DIR = None  # --log-dir: every run's stderr is kept there
+
+
+def timed(cmd, env, label="run"):
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     elapsed = time.perf_counter() - start
+    if LOG_DIR:
+        with open(os.path.join(LOG_DIR, f"{label}-{uuid.uuid4().hex[:6]}.stderr"), "w") as f:
+            f.write(f"$ {' '.join(cmd)}\n{elapsed:.3f} s\n{done.stderr}")
     if done.returncode != 0:
         sys.exit(f"failed ({done.returncode}): {' '.join(cmd[:3])}...\n{done.stdout[-4000:]}\n"
                  f"{done.stderr[-4000:]}")
@@ -142,7 +148,13 @@ def main():
                                                     "bin", "keval"))
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--rounds", type=int, default=3, help="runs of each warm measurement")
+    ap.add_argument("--log-dir", help="keep each run's stderr here (with KEVAL_LOG_LEVEL=debug, "
+                                      "where a keval evaluation spent its time)")
     args = ap.parse_args()
+    global LOG_DIR
+    LOG_DIR = args.log_dir
+    if LOG_DIR:
+        os.makedirs(LOG_DIR, exist_ok=True)
 
     work = tempfile.mkdtemp(prefix="keval-torch-cuda-bench-")
     cache = os.path.join(work, "keval-cache")
@@ -159,7 +171,7 @@ def main():
 
     def keval(path):
         env = {**os.environ, "KEVAL_CACHE_DIR": cache}
-        wall, out = timed([args.keval, "compare", path], env)
+        wall, out = timed([args.keval, "compare", path], env, "keval")
         result = json.loads(out)["kernel_exec_result"]
         assert result["compiled"] and result["correctness"], result
         build = result["metadata"]["compile"]["custom"]["info"]["extensions"][0]
@@ -174,7 +186,7 @@ def main():
         with open(custom, "w") as f:
             f.write(CANDIDATE.replace("TAG", tag))
         env = {**os.environ, "TORCH_EXTENSIONS_DIR": extensions}
-        return timed([args.python, "-c", KERNELBENCH_PATH, ref, custom], env)[0]
+        return timed([args.python, "-c", KERNELBENCH_PATH, ref, custom], env, "load_inline")[0]
 
     rows = {}
     first = request("first")

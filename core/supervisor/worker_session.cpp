@@ -1,5 +1,6 @@
 #include "supervisor/worker_session.hpp"
 
+#include "common/log.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/messages.hpp"
 #include "supervisor/detail/child_setup.hpp"
@@ -126,6 +127,11 @@ private:
 
   void handle(const json::object& m) {
     const std::string type = json::value_to<std::string>(m.at("type"));
+    // Where a job's time goes, for `KEVAL_LOG_LEVEL=debug`.
+    spdlog::debug("job {}: worker sent {}{} at {:.3f} s", launch_.job_id, type,
+                  type == protocol::msg::kPhase ? " " + json::value_to<std::string>(m.at("phase"))
+                                                : std::string(),
+                  std::chrono::duration<double>(Clock::now() - started_).count());
     if (type == protocol::msg::kHello) {
       send_job();
     } else if (type == protocol::msg::kPhase) {

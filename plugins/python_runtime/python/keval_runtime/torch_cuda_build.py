@@ -31,6 +31,8 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+from . import nvcc_pipeline
+
 # Bumped when the layout of an entry or the way translation units are generated changes.
 CACHE_FORMAT = 1
 MANIFEST = "manifest.json"
@@ -43,15 +45,29 @@ PCH_HEADER = "keval_torch_extension.h"
 CPP_PRELUDE = f'#include "{PCH_HEADER}"\n'
 CUDA_PRELUDE = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
 
+# What a unit gets for #include <torch/extension.h> on the first attempt. torch's header is all of
+# the C++ frontend (nn, optim, data, jit, serialization) plus the Python bindings; parsing it is
+# most of a cold build (nvcc parses it twice, once per front end). Kernels and their host
+# wrappers use tensors, factories, TORCH_CHECK and AT_DISPATCH: torch/types.h. The bindings in
+# main.cpp need pybind11 and torch's tensor casters. A unit that needs more fails to compile with
+# this and is compiled again with torch's header, so what builds is what torch would build.
+TRIMMED_EXTENSION_H = """// keval: torch/extension.h trimmed for a first compile attempt (torch_cuda_build.py)
+#pragma once
+#include <torch/types.h>
+#ifndef __CUDACC__
+#include <torch/csrc/utils/pybind.h>
+#endif
+"""
+
 
 class BuildFailed(Exception):
     """A compiler or the linker failed; ``output`` is everything it printed, in full."""
 
-    def __init__(self, name, command, returncode, output):
-        super().__init__(f"building the extension '{name}' failed: {os.path.basename(command[0])} "
+    def __init__(self, name, tool, returncode, output):
+        super().__init__(f"building the extension '{name}' failed: {tool} "
                          f"exited with status {returncode}")
         self.name = name
-        self.command = command
+        self.tool = tool
         self.returncode = returncode
         self.output = output
 
@@ -95,6 +111,7 @@ class Extension:
         self.extra_ldflags = flag_list(extra_ldflags)
         self.extra_include_paths = [os.path.abspath(p) for p in as_list(extra_include_paths)]
         self.with_cuda = bool(cuda_units) if with_cuda is None else bool(with_cuda)
+        self.notes = []  # how keval's build departs from torch's, for the build record
 
     @classmethod
     def inline(cls, name, cpp_sources, cuda_sources=None, functions=None, **flags):
@@ -106,6 +123,7 @@ class Extension:
         # with -D: a precompiled header is only valid under the same command-line macros.
         main = (CPP_PRELUDE + "#define TORCH_EXTENSION_NAME KEVAL_TORCH_EXTENSION_NAME\n" +
                 "\n".join(cpp_sources))
+        bindings = ""
         if functions is not None:
             if isinstance(functions, str):
                 functions = [functions]
@@ -115,9 +133,20 @@ class Extension:
                 bound = [(f, f) for f in functions]
             defs = "".join(f'm.def("{fn}", &{fn}, "{doc}");\n' for fn, doc in bound)
             # KEVAL_TORCH_EXTENSION_NAME is defined on the command line (the unique module name).
-            main += f"\n\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}}}\n"
+            bindings = f"\n\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}}}\n"
+        if cuda_sources and any("<<<" in source for source in cpp_sources):
+            # Seed 000's TORCH_CUDA form launches the kernel from cpp_sources, which no host
+            # compiler accepts (its server rewrote the launch). Here the wrapper is compiled by
+            # nvcc in one unit after cuda_sources, bindings last, so such requests still build.
+            unit = (CUDA_PRELUDE + "\n".join(cuda_sources) + "\n" + "\n".join(cpp_sources) +
+                    ("\n#include <torch/csrc/utils/pybind.h>" + bindings if bindings else ""))
+            extension = cls(name, [], [("cuda.cu", unit)], **flags)
+            extension.notes.append("cpp_sources launch CUDA kernels (<<<...>>>), which a host "
+                                   "compiler cannot compile: they were compiled by nvcc in one "
+                                   "unit after cuda_sources")
+            return extension
         cuda_units = [("cuda.cu", CUDA_PRELUDE + "\n".join(cuda_sources))] if cuda_sources else []
-        return cls(name, [("main.cpp", main)], cuda_units, **flags)
+        return cls(name, [("main.cpp", main + bindings)], cuda_units, **flags)
 
     @classmethod
     def from_files(cls, name, sources, **flags):
@@ -247,6 +276,8 @@ class Builder:
         name = module_name(extension, key)
         entry = os.path.join(self.cache_dir, key[:2], key)
         record = {"name": extension.name, "module": name, "key": key, "entry": entry}
+        if extension.notes:
+            record["notes"] = list(extension.notes)
         library, why = verify_entry(entry, key)
         if library is None:
             os.makedirs(os.path.dirname(entry), exist_ok=True)
@@ -274,14 +305,31 @@ class Builder:
         self.builds.append(record)
         return module
 
-    def _precompiled_header(self, cxx_flags):
+    def _trimmed_headers(self):
+        """A directory whose torch/extension.h is TRIMMED_EXTENSION_H (written once, in place by
+        rename, under a name that changes whenever its text does)."""
+        digest = hashlib.sha256(TRIMMED_EXTENSION_H.encode("utf-8")).hexdigest()[:16]
+        directory = os.path.join(self.cache_dir, "trimmed_headers", digest)
+        if os.path.exists(os.path.join(directory, "torch", "extension.h")):
+            return directory
+        staging = f"{directory}.tmp-{uuid.uuid4().hex}"
+        os.makedirs(os.path.join(staging, "torch"))
+        _write(os.path.join(staging, "torch"), "extension.h", TRIMMED_EXTENSION_H)
+        try:
+            os.rename(staging, directory)
+        except OSError:  # another job put the same text there first
+            shutil.rmtree(staging, ignore_errors=True)
+        return directory
+
+    def _precompiled_header(self, cxx_flags, variant):
         """The directory holding keval_torch_extension.h and its precompiled form for these
-        flags, building it once (under the same lock-and-rename discipline as the entries).
-        It lives in the cache, keyed by the toolchain and the flags; a cold kernel build on a
-        machine that has built any kernel before skips parsing torch/extension.h."""
+        flags and header variant ("trimmed": compiled with the trimmed torch/extension.h first on
+        the include path, "full": torch's), building it once under the same lock-and-rename
+        discipline as the entries. It lives in the cache, keyed by the toolchain and the flags, so
+        a cold kernel build on a machine that has built any kernel before skips parsing torch."""
         toolchain = self.toolchain
         material = json.dumps({"format": CACHE_FORMAT, "toolchain": toolchain.key_parts,
-                               "flags": cxx_flags}, sort_keys=True)
+                               "flags": cxx_flags, "variant": variant}, sort_keys=True)
         key = hashlib.sha256(material.encode("utf-8")).hexdigest()
         pch_dir = os.path.join(self.cache_dir, "pch", key)
         if os.path.exists(os.path.join(pch_dir, "complete")):
@@ -306,60 +354,106 @@ class Builder:
             os.rename(staging, pch_dir)
         return pch_dir
 
+    def _compile_cuda_unit(self, command, trimmed_include, build_dir, verbose):
+        """nvcc on one unit: first with the trimmed torch/extension.h, then, only if that failed
+        and the trimmed header was part of the unit, with torch's own. Returns (returncode,
+        output, step record)."""
+        full = [a for a in command if a != trimmed_include]
+        returncode, output, seconds, mode = nvcc_pipeline.compile_cuda(command, build_dir)
+        used = _includes_trimmed(build_dir, command[2], trimmed_include)
+        step = {"tool": "nvcc", "file": command[2], "seconds": seconds, "mode": mode,
+                "torch_extension_h": "trimmed" if used else "not included"}
+        if returncode != 0 and used:
+            first = seconds
+            returncode, output, seconds, mode = nvcc_pipeline.compile_cuda(full, build_dir)
+            step.update(seconds=round(first + seconds, 3), mode=mode,
+                        torch_extension_h="torch's (the trimmed header was not enough: "
+                                          f"{first} s)")
+            command = full
+        if verbose and output:
+            print(output, end="", flush=True)
+        return returncode, "$ " + " ".join(command) + "\n" + output, step
+
+    def _compile_cpp_unit(self, file_name, text, build_dir, flags, verbose):
+        """The host compiler on one unit. load_inline's main.cpp starts with CPP_PRELUDE and gets
+        a precompiled header: the trimmed one, and torch's full one only when the unit does not
+        compile with the trimmed (both are built once per toolchain and kept in the cache)."""
+        toolchain = self.toolchain
+        source = _write(build_dir, file_name, text)
+        base = [toolchain.cxx, "-c", source, "-o", source + ".o"]
+        if CPP_PRELUDE not in text:
+            command = base + flags["plain"]
+            returncode, output, seconds = _run(command, build_dir, verbose)
+            return returncode, "$ " + " ".join(command) + "\n" + output, {
+                "tool": os.path.basename(toolchain.cxx), "file": source, "seconds": seconds}
+        started = time.monotonic()
+        attempts = []
+        for variant in ("trimmed", "full"):
+            pch_flags = flags[variant]
+            pch_dir = self._precompiled_header(pch_flags, variant)
+            # The directory holding keval_torch_extension.h(.gch) first; without a usable .gch
+            # g++ compiles that header, which includes torch's, as usual.
+            command = base + [f"-I{pch_dir}", "-Winvalid-pch"] + pch_flags + flags["name"]
+            returncode, output, seconds = _run(command, build_dir, False)
+            attempts.append(f"{variant}: {seconds} s")
+            if returncode == 0:
+                break
+        if verbose and output:
+            print(output, end="", flush=True)
+        return returncode, "$ " + " ".join(command) + "\n" + output, {
+            "tool": os.path.basename(toolchain.cxx), "file": source,
+            "seconds": round(time.monotonic() - started, 3),
+            "torch_extension_h": "trimmed" if len(attempts) == 1 else
+            "torch's (the trimmed header was not enough)", "attempts": attempts}
+
     def _build(self, extension, key, name, entry, verbose):
         toolchain = self.toolchain
         build_dir = os.path.join(self.work_dir, f"torch_cuda_build_{name}")
         os.makedirs(build_dir, exist_ok=True)
-        includes = [f"-I{p}" for p in extension.extra_include_paths + toolchain.include_paths]
-        common = toolchain.defines + includes
+        trimmed_include = f"-I{self._trimmed_headers()}"
+        user_includes = [f"-I{p}" for p in extension.extra_include_paths]
+        torch_includes = [f"-I{p}" for p in toolchain.include_paths]
         arch = toolchain.cuda_arch
-        cxx_flags = ["-fPIC", "-std=c++17"] + common + extension.extra_cflags
+
+        def cxx_flags(trimmed):
+            return (["-fPIC", "-std=c++17"] + toolchain.defines + user_includes +
+                    ([trimmed_include] if trimmed else []) + torch_includes +
+                    extension.extra_cflags)
+
         # The name reaches load_inline's main.cpp as KEVAL_TORCH_EXTENSION_NAME (a macro the
         # precompiled header never sees); load()'s files and the CUDA units get torch's macro.
         name_defines = [f"-DKEVAL_TORCH_EXTENSION_NAME={name}"]
-        cuda_commands, cpp_commands, objects = [], [], []
-        for file_name, text in extension.cuda_units:
-            source = _write(build_dir, file_name, text)
-            objects.append(source + ".o")
-            cuda_commands.append([toolchain.nvcc, "-c", source, "-o", source + ".o", "-std=c++17",
-                                  f"-gencode=arch=compute_{arch},code=sm_{arch}",
-                                  "-ccbin", toolchain.cxx, "--compiler-options", "-fPIC",
-                                  # torch's flags for extensions (cpp_extension.COMMON_NVCC_FLAGS)
-                                  "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
-                                  "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
-                                  "-D__CUDA_NO_HALF2_OPERATORS__", "--expt-relaxed-constexpr",
-                                  f"-DTORCH_EXTENSION_NAME={name}"] +
-                                 common + extension.extra_cuda_cflags)
-        # Every translation unit at once (the job's build is the only work before its grant):
-        # nvcc starts first, the precompiled header is made (once per toolchain) meanwhile, then
-        # the host units follow.
+        cpp_flags = {"trimmed": cxx_flags(True), "full": cxx_flags(False), "name": name_defines,
+                     "plain": cxx_flags(False) + name_defines + [f"-DTORCH_EXTENSION_NAME={name}"]}
+        objects = []
+        # Every translation unit at once (the job's build is the only work before its grant).
         pool = ThreadPoolExecutor(len(extension.cuda_units) + len(extension.cpp_units) or 1)
         with pool:
-            futures = [pool.submit(_run, c, build_dir, verbose) for c in cuda_commands]
-            pch_dir = None
-            if any(CPP_PRELUDE in text for _, text in extension.cpp_units):
-                pch_dir = self._precompiled_header(cxx_flags)
-            for file_name, text in extension.cpp_units:
+            futures = []
+            for file_name, text in extension.cuda_units:
                 source = _write(build_dir, file_name, text)
                 objects.append(source + ".o")
-                command = [toolchain.cxx, "-c", source, "-o", source + ".o"]
-                if CPP_PRELUDE in text:
-                    # The directory holding keval_torch_extension.h(.gch) first; without a
-                    # usable .gch g++ compiles that header, which includes torch's, as usual.
-                    command += [f"-I{pch_dir}", "-Winvalid-pch"] + cxx_flags + name_defines
-                else:
-                    command += cxx_flags + name_defines + [f"-DTORCH_EXTENSION_NAME={name}"]
-                cpp_commands.append(command)
-                futures.append(pool.submit(_run, command, build_dir, verbose))
+                command = [toolchain.nvcc, "-c", source, "-o", source + ".o", "-std=c++17",
+                           f"-gencode=arch=compute_{arch},code=sm_{arch}",
+                           "-ccbin", toolchain.cxx, "--compiler-options", "-fPIC",
+                           # torch's flags for extensions (cpp_extension.COMMON_NVCC_FLAGS)
+                           "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                           "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+                           "--expt-relaxed-constexpr", f"-DTORCH_EXTENSION_NAME={name}"
+                           ] + toolchain.defines + user_includes + [trimmed_include] + \
+                    torch_includes + extension.extra_cuda_cflags
+                futures.append(pool.submit(self._compile_cuda_unit, command, trimmed_include,
+                                           build_dir, verbose))
+            for file_name, text in extension.cpp_units:
+                objects.append(os.path.join(build_dir, file_name) + ".o")
+                futures.append(pool.submit(self._compile_cpp_unit, file_name, text, build_dir,
+                                           cpp_flags, verbose))
             results = [f.result() for f in futures]
-        commands = cuda_commands + cpp_commands
         steps = []
-        for command, (returncode, output, seconds) in zip(commands, results):
-            steps.append({"tool": os.path.basename(command[0]), "file": command[2],
-                          "seconds": seconds})
+        for returncode, output, step in results:
+            steps.append(step)
             if returncode != 0:
-                raise BuildFailed(extension.name, command, returncode,
-                                  "$ " + " ".join(command) + "\n" + output)
+                raise BuildFailed(extension.name, step["tool"], returncode, output)
         library_name = f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
         library = os.path.join(build_dir, library_name)
         link = [toolchain.cxx, "-shared", "-o", library] + objects + [
@@ -372,13 +466,33 @@ class Builder:
         returncode, output, seconds = _run(link, build_dir, verbose)
         steps.append({"tool": "link", "seconds": seconds})
         if returncode != 0:
-            raise BuildFailed(extension.name, link, returncode, "$ " + " ".join(link) + "\n" +
-                              output)
+            raise BuildFailed(extension.name, "link", returncode,
+                              "$ " + " ".join(link) + "\n" + output)
         _publish(library, entry, key)
         library, why = verify_entry(entry, key)
         if library is None:
             raise RuntimeError(f"the cache entry just written is unusable: {why}")
         return library, steps
+
+
+def _includes_trimmed(build_dir, source, trimmed_include):
+    """Whether nvcc's preprocessed output for ``source`` went through the trimmed header (its
+    line markers name every file included). Without the kept stages (plain nvcc ran), assume
+    it did."""
+    keep_dir = os.path.join(build_dir, "nvcc_stages_" + os.path.basename(source))
+    marker = os.path.join(trimmed_include[2:], "torch", "extension.h").encode()
+    found_any = False
+    try:
+        names = os.listdir(keep_dir)
+    except OSError:
+        return True
+    for file_name in names:
+        if file_name.endswith(".ii"):
+            found_any = True
+            with open(os.path.join(keep_dir, file_name), "rb") as f:
+                if marker in f.read():
+                    return True
+    return not found_any
 
 
 def _write(build_dir, file_name, text):
