@@ -13,14 +13,21 @@ kernel and host wrapper in cuda_sources) is evaluated:
                     ModelNew seeded alike, 5 correctness trials, 100 timed trials with CUDA
                     events) with a fresh TORCH_EXTENSIONS_DIR;
   load_inline warm  the same with the build directory left from the cold run.
-Each is a fresh process; the script prints median wall times and the ratios.
+  daemon new kernel / daemon warm
+                    the same compares sent to `keval serve` (HTTP over its Unix socket), whose
+                    prestarted workers have already started Python and imported torch (each job
+                    still gets a fresh process); requests are spaced so that a prestarted worker
+                    is ready for each, as a daemon with --warm-workers sized to its load has.
+Each CLI and load_inline run is a fresh process; the script prints median wall times and ratios.
 
 usage: bench/torch_cuda_compile.py [--keval build/bin/keval] [--python python3] [--rounds 3]
 """
 import argparse
+import http.client
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -141,6 +148,27 @@ def timed(cmd, env, label="run"):
     return elapsed, done.stdout
 
 
+class UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout=900):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
+
+
+def http_call(socket_path, method, target, body=None):
+    connection = UnixHTTPConnection(socket_path)
+    connection.request(method, target, body=body,
+                       headers={"Content-Type": "application/json"} if body else {})
+    response = connection.getresponse()
+    data = response.read()
+    connection.close()
+    return response.status, data
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -148,6 +176,8 @@ def main():
                                                     "bin", "keval"))
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--rounds", type=int, default=3, help="runs of each warm measurement")
+    ap.add_argument("--daemon-spacing", type=float, default=5.0,
+                    help="seconds between daemon requests (prestarted workers get ready)")
     ap.add_argument("--log-dir", help="keep each run's stderr here (with KEVAL_LOG_LEVEL=debug, "
                                       "where a keval evaluation spent its time)")
     args = ap.parse_args()
@@ -214,6 +244,50 @@ def main():
         rows["load_inline warm"].append(kernelbench("first", fresh=False))
         print(f"load_inline warm: {rows['load_inline warm'][-1]:.2f} s", flush=True)
 
+    # The daemon: prestarted workers, same cache.
+    socket_path = os.path.join(work, "keval.sock")
+    daemon_log = open(os.path.join(LOG_DIR or work, "daemon.log"), "w")
+    daemon = subprocess.Popen([args.keval, "serve", "--socket", socket_path, "--state-dir",
+                               os.path.join(work, "daemon"), "--warm-workers", "2"],
+                              env={**os.environ, "KEVAL_CACHE_DIR": cache},
+                              stdout=daemon_log, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(600):
+            try:
+                if http_call(socket_path, "GET", "/health")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.1)
+        time.sleep(args.daemon_spacing)  # its prestarted workers import torch meanwhile
+
+        def daemon_compare(path):
+            with open(path, "rb") as f:
+                body = f.read()
+            start = time.perf_counter()
+            status, data = http_call(socket_path, "POST", "/compare", body)
+            wall = time.perf_counter() - start
+            result = json.loads(data)["kernel_exec_result"]
+            assert status == 200 and result["compiled"] and result["correctness"], data[:2000]
+            time.sleep(args.daemon_spacing)
+            return wall, result["metadata"]["compile"]["custom"]["info"]["extensions"][0]
+
+        rows["daemon new kernel"] = []
+        for r in range(args.rounds):
+            wall, build = daemon_compare(request(uuid.uuid4().hex))
+            rows["daemon new kernel"].append(wall)
+            print(f"daemon new kernel: {wall:.2f} s (build {build['seconds']} s, "
+                  f"{build['cache']})", flush=True)
+        rows["daemon warm"] = []
+        for r in range(max(args.rounds, 3)):
+            wall, build = daemon_compare(first)
+            rows["daemon warm"].append(wall)
+            print(f"daemon warm: {wall:.3f} s (load {build['seconds']} s, {build['cache']})",
+                  flush=True)
+    finally:
+        daemon.terminate()
+        daemon.wait(60)
+        daemon_log.close()
+
     medians = {name: statistics.median(walls) for name, walls in rows.items()}
     print(f"\n{'path':<18} {'runs':>4} {'median wall s':>14}")
     for name, median in medians.items():
@@ -223,6 +297,11 @@ def main():
     print(f"load_inline cold / keval new kernel: {cold / medians['keval new kernel']:.1f}x")
     print(f"load_inline warm / keval warm:       "
           f"{medians['load_inline warm'] / medians['keval warm']:.1f}x")
+    print(f"load_inline cold / daemon new kernel: "
+          f"{cold / medians['daemon new kernel']:.1f}x")
+    print(f"load_inline warm / daemon warm:       "
+          f"{medians['load_inline warm'] / medians['daemon warm']:.1f}x "
+          f"(daemon warm median {medians['daemon warm']:.3f} s)")
     shutil.rmtree(work, ignore_errors=True)
 
 

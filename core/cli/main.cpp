@@ -69,6 +69,9 @@ options (serve):
   --jobs-per-gpu N          jobs validating/profiling on one GPU at once (default 1: exclusive)
   --threads N               HTTP event-loop threads (default: CPU cores, at least 2); jobs
                             are supervised on one more
+  --warm-workers N          workers kept started ahead of jobs, each having run its plugins'
+                            prewarm (Python types: interpreter up, torch imported); each still
+                            serves one job (default 2; 0: every job starts its own)
   --max-body-bytes N        request body limit; larger bodies get 413 (default 67108864)
   --http-timeout SECONDS    limit on every read of a request and write of a response (default 30)
   --job-ttl SECONDS         finished jobs are kept, and served by GET /jobs/ID, this long
@@ -265,6 +268,8 @@ int main(int argc, char** argv) {
       serve_options.jobs_per_gpu = number("--jobs-per-gpu");
     else if (a == "--threads")
       serve_options.threads = number("--threads");
+    else if (a == "--warm-workers")
+      serve_options.warm_workers = number("--warm-workers");
     else if (a == "--max-body-bytes")
       serve_options.max_body_bytes = number("--max-body-bytes");
     else if (a == "--http-timeout")

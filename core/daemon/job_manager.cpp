@@ -5,6 +5,7 @@
 #include "job/job_runner.hpp"
 #include "result/response.hpp"
 #include "store/job_store.hpp"
+#include "supervisor/warm_pool.hpp"
 #include "supervisor/worker_session.hpp"
 
 #include <algorithm>
@@ -75,6 +76,9 @@ public:
         store_(config_.state_dir / "jobs"), expiry_timer_(executor), grace_timer_(executor) {
     run_options_.worker_exe = config_.worker_exe;
     run_options_.work_root = config_.state_dir / "work";
+    if (config_.warm_workers > 0)
+      warm_ = std::make_unique<supervisor::WarmPool>(executor_, config_.worker_exe,
+                                                     config_.prewarm_plugins, config_.warm_workers);
   }
 
   // --- start-up ------------------------------------------------------------------------------
@@ -204,6 +208,10 @@ public:
     s.active = running_;
     s.max_active = config_.max_running;
     s.counters = stats_.counters();
+    if (warm_) {
+      s.warm = warm_->stats();
+      s.warm_capacity = config_.warm_workers;
+    }
     return s;
   }
 
@@ -457,8 +465,8 @@ private:
     handlers.on_complete = [this, job](supervisor::SessionOutcome outcome) {
       finish(job, std::move(outcome));
     };
-    auto session =
-        supervisor::WorkerSession::start(executor_, std::move(launch), std::move(handlers));
+    auto session = supervisor::WorkerSession::start(
+        executor_, std::move(launch), std::move(handlers), warm_ ? warm_->take() : nullptr);
     std::lock_guard lock(mutex_);
     if (job->ending || job->finished)
       return; // it could not start and has already ended (keeping it would be a cycle)
@@ -588,6 +596,7 @@ private:
   const JobManagerConfig config_;
   const store::JobStore store_;
   job::RunOptions run_options_;
+  std::unique_ptr<supervisor::WarmPool> warm_; // null: --warm-workers 0
 
   mutable std::mutex mutex_; // everything below
   std::map<std::string, std::shared_ptr<Job>> jobs_;

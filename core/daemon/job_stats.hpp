@@ -5,6 +5,7 @@
 
 #include "daemon/device_pool.hpp"
 #include "result/response.hpp"
+#include "supervisor/warm_pool.hpp"
 #include "supervisor/worker_session.hpp"
 
 #include <chrono>
@@ -44,6 +45,8 @@ struct StatsSnapshot {
   size_t waiting_for_device = 0;
   std::map<int, uint64_t> http_responses; // by status code
   std::vector<GpuState> gpus;
+  supervisor::WarmPoolStats warm; // prestarted workers (keval serve --warm-workers)
+  size_t warm_capacity = 0;
 };
 
 // Accumulates JobCounters. Not thread-safe: the job manager calls it under its lock.

@@ -123,6 +123,10 @@ int serve(const ServeOptions& options) {
                                ? options.max_workers
                                : std::max<size_t>(2, cpu_cores() + discovery.gpus.size());
   job_config.job_ttl = options.job_ttl;
+  job_config.warm_workers = options.warm_workers;
+  for (const auto& plugin : registry.plugins())
+    if (plugin.usable())
+      job_config.prewarm_plugins.push_back(plugin.path);
   JobManager jobs(jobs_ioc.get_executor(), registry, devices, job_config);
   jobs.recover();
 

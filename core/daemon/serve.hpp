@@ -25,6 +25,7 @@ struct ServeOptions {
   size_t max_workers = 0;  // workers at once; 0: CPU cores + GPUs
   size_t jobs_per_gpu = 1; // 1: validation and profiling own their GPU
   size_t threads = 0;      // HTTP event-loop threads; 0: CPU cores, at least 2
+  size_t warm_workers = 2; // workers started ahead of jobs, plugins prewarmed; 0: none
   uint64_t max_body_bytes = 64ull << 20;
   std::chrono::milliseconds http_timeout{std::chrono::seconds(30)}; // every read and write
   std::chrono::milliseconds job_ttl{std::chrono::hours(1)};

@@ -41,6 +41,11 @@ json::object stats_json(const StatsSnapshot& s) {
   jobs["max_active"] = s.max_active;
   jobs["waiting_for_device"] = s.waiting_for_device;
   out["jobs"] = std::move(jobs);
+  out["warm_workers"] = {{"capacity", s.warm_capacity},
+                         {"ready", s.warm.ready},
+                         {"taken_total", s.warm.taken},
+                         {"died_idle_total", s.warm.died_idle},
+                         {"disabled", s.warm.disabled}};
 
   out["compilation"] = {{"total", c.compiles},
                         {"succeeded", c.compile_successes},

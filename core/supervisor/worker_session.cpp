@@ -4,6 +4,7 @@
 #include "protocol/frame.hpp"
 #include "protocol/messages.hpp"
 #include "supervisor/detail/child_setup.hpp"
+#include "supervisor/detail/spawned_worker.hpp"
 
 #include <array>
 #include <csignal>
@@ -30,6 +31,28 @@ using local_socket = asio::local::stream_protocol::socket;
 using Clock = std::chrono::steady_clock;
 using End = SessionOutcome::End;
 
+namespace detail {
+
+std::unique_ptr<SpawnedWorker> spawn_worker(asio::strand<asio::any_io_executor> strand,
+                                            const std::filesystem::path& worker_exe,
+                                            const std::vector<std::filesystem::path>& prewarm) {
+  auto worker = std::make_unique<SpawnedWorker>(std::move(strand));
+  local_socket child_end(worker->strand);
+  asio::local::connect_pair(worker->socket, child_end);
+  std::vector<std::string> args{"--protocol-fd", "3"};
+  for (const auto& plugin : prewarm) {
+    args.emplace_back("--prewarm");
+    args.push_back(plugin.string());
+  }
+  worker->process.emplace(worker->strand, worker_exe, args,
+                          bp::process_stdio{nullptr, worker->out, worker->err},
+                          ChildSetup{child_end.native_handle(), 3});
+  // child_end closes here: only the worker holds it now, so its exit means EOF for us.
+  return worker;
+}
+
+} // namespace detail
+
 namespace {
 
 // Once the worker has exited, how long its pipes may stay open (held by a leftover grandchild
@@ -38,28 +61,31 @@ constexpr auto kDrainGrace = std::chrono::milliseconds(500);
 
 class Session final : public WorkerSession, public std::enable_shared_from_this<Session> {
 public:
-  Session(asio::any_io_executor executor, JobLaunch launch, SessionHandlers handlers)
-      : strand_(asio::make_strand(executor)), launch_(std::move(launch)),
-        handlers_(std::move(handlers)), socket_(strand_), out_pipe_(strand_), err_pipe_(strand_),
-        timer_(strand_), drain_timer_(strand_), out_(launch_.output_cap), err_(launch_.output_cap),
+  Session(asio::strand<asio::any_io_executor> strand, JobLaunch launch, SessionHandlers handlers)
+      : strand_(std::move(strand)), launch_(std::move(launch)), handlers_(std::move(handlers)),
+        socket_(strand_), out_pipe_(strand_), err_pipe_(strand_), timer_(strand_),
+        drain_timer_(strand_), out_(launch_.output_cap), err_(launch_.output_cap),
         budget_left_(launch_.timeout) {}
 
-  void begin() {
+  // Supervises `worker` (spawned on this session's strand), or, when null, spawns one.
+  void begin(std::unique_ptr<detail::SpawnedWorker> worker) {
     started_ = Clock::now();
-    local_socket child_end(strand_);
-    try {
-      asio::local::connect_pair(socket_, child_end);
-      const std::vector<std::string> args{"--protocol-fd", "3"};
-      process_.emplace(strand_, launch_.worker_exe, args,
-                       bp::process_stdio{nullptr, out_pipe_, err_pipe_},
-                       detail::ChildSetup{child_end.native_handle(), 3});
-    } catch (const std::exception& e) {
-      force(End::spawn_failed, "cannot start " + launch_.worker_exe.string() + ": " + e.what());
-      exited_ = socket_closed_ = out_closed_ = err_closed_ = true;
-      asio::post(strand_, [self = shared_from_this()] { self->maybe_finish(); });
-      return;
+    if (!worker) {
+      try {
+        worker = detail::spawn_worker(strand_, launch_.worker_exe, {});
+      } catch (const std::exception& e) {
+        force(End::spawn_failed, "cannot start " + launch_.worker_exe.string() + ": " + e.what());
+        exited_ = socket_closed_ = out_closed_ = err_closed_ = true;
+        asio::post(strand_, [self = shared_from_this()] { self->maybe_finish(); });
+        return;
+      }
+    } else {
+      prestarted_ = true;
     }
-    child_end.close(); // only the worker may hold it now: its exit then means EOF for us
+    socket_ = std::move(worker->socket);
+    out_pipe_ = std::move(worker->out);
+    err_pipe_ = std::move(worker->err);
+    process_.emplace(std::move(*worker->process));
     pgid_ = process_->id();
     stage_ = "starting";
     read_socket();
@@ -133,6 +159,9 @@ private:
                                                 : std::string(),
                   std::chrono::duration<double>(Clock::now() - started_).count());
     if (type == protocol::msg::kHello) {
+      if (prestarted_)
+        spdlog::debug("job {}: prestarted worker {} (prewarmed {})", launch_.job_id, process_->id(),
+                      m.contains("prewarmed") ? json::serialize(m.at("prewarmed")) : "nothing");
       send_job();
     } else if (type == protocol::msg::kPhase) {
       const std::string phase = json::value_to<std::string>(m.at("phase"));
@@ -341,6 +370,7 @@ private:
   Clock::time_point armed_at_, started_;
   int pgid_ = -1;
   std::string stage_ = "starting";
+  bool prestarted_ = false;
   bool done_ = false, exited_ = false, socket_closed_ = false, out_closed_ = false,
        err_closed_ = false, finished_ = false;
   std::optional<End> end_;
@@ -351,11 +381,53 @@ private:
 } // namespace
 
 std::shared_ptr<WorkerSession> WorkerSession::start(asio::any_io_executor executor,
-                                                    JobLaunch launch, SessionHandlers handlers) {
+                                                    JobLaunch launch, SessionHandlers handlers,
+                                                    std::unique_ptr<PrestartedWorker> prestarted) {
+  std::unique_ptr<detail::SpawnedWorker> worker;
+  if (prestarted)
+    worker = std::move(prestarted->parts_);
+  auto strand = worker ? worker->strand : asio::make_strand(executor);
   auto session =
-      std::make_shared<Session>(std::move(executor), std::move(launch), std::move(handlers));
-  session->begin();
+      std::make_shared<Session>(std::move(strand), std::move(launch), std::move(handlers));
+  session->begin(std::move(worker));
   return session;
+}
+
+PrestartedWorker::PrestartedWorker(std::unique_ptr<detail::SpawnedWorker> parts)
+    : parts_(std::move(parts)) {}
+
+PrestartedWorker::~PrestartedWorker() {
+  if (parts_ && parts_->process) {
+    ::kill(-parts_->process->id(), SIGKILL);
+    boost::system::error_code ignored;
+    parts_->process->wait(ignored); // reap it now: nobody else will
+  }
+}
+
+std::unique_ptr<PrestartedWorker>
+PrestartedWorker::spawn(asio::any_io_executor executor, const std::filesystem::path& worker_exe,
+                        const std::vector<std::filesystem::path>& prewarm) {
+  return std::unique_ptr<PrestartedWorker>(
+      new PrestartedWorker(detail::spawn_worker(asio::make_strand(executor), worker_exe, prewarm)));
+}
+
+bool PrestartedWorker::alive(std::string* why) {
+  if (!parts_ || !parts_->process)
+    return false;
+  boost::system::error_code ec;
+  const bool running = parts_->process->running(ec);
+  if (running || ec)
+    return running && !ec;
+  const int status = parts_->process->native_exit_code();
+  if (why != nullptr)
+    *why = WIFSIGNALED(status) ? "killed by " + describe_signal(WTERMSIG(status))
+                               : "exited with code " + std::to_string(WEXITSTATUS(status));
+  parts_.reset();
+  return false;
+}
+
+int PrestartedWorker::pid() const {
+  return parts_ && parts_->process ? parts_->process->id() : -1;
 }
 
 SessionOutcome run_session(JobLaunch launch, SessionHandlers handlers) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/json/array.hpp>
@@ -68,12 +69,43 @@ struct SessionHandlers {
   std::function<void(SessionOutcome)> on_complete;
 };
 
+namespace detail {
+struct SpawnedWorker;
+}
+
+// A keval-worker started before its job (`--prewarm`: its plugins' SDK 1.1 prewarm hooks run
+// while it waits), held until a session adopts it. It still serves exactly one job; what it saves
+// is the start-up (for the Python types, the interpreter and `import torch`). Destroying an
+// unadopted one kills it.
+class PrestartedWorker {
+public:
+  // Spawns `worker_exe --protocol-fd 3 [--prewarm PLUGIN]...` on `executor`. Throws when it
+  // cannot be started.
+  static std::unique_ptr<PrestartedWorker> spawn(boost::asio::any_io_executor executor,
+                                                 const std::filesystem::path& worker_exe,
+                                                 const std::vector<std::filesystem::path>& prewarm);
+  ~PrestartedWorker();
+  PrestartedWorker(const PrestartedWorker&) = delete;
+  PrestartedWorker& operator=(const PrestartedWorker&) = delete;
+
+  // False once it has exited (it is reaped then); `why` says how it ended.
+  bool alive(std::string* why = nullptr);
+  int pid() const;
+
+private:
+  explicit PrestartedWorker(std::unique_ptr<detail::SpawnedWorker> parts);
+  std::unique_ptr<detail::SpawnedWorker> parts_;
+  friend class WorkerSession;
+};
+
 class WorkerSession {
 public:
-  // Spawns the worker and starts supervising it on `executor`. Failures to spawn are reported
-  // through on_complete (End::spawn_failed), never thrown.
-  static std::shared_ptr<WorkerSession> start(boost::asio::any_io_executor executor,
-                                              JobLaunch launch, SessionHandlers handlers);
+  // Spawns the worker (or adopts `prestarted`, which must have been spawned on `executor`'s
+  // io_context) and starts supervising it. Failures to spawn are reported through on_complete
+  // (End::spawn_failed), never thrown.
+  static std::shared_ptr<WorkerSession>
+  start(boost::asio::any_io_executor executor, JobLaunch launch, SessionHandlers handlers,
+        std::unique_ptr<PrestartedWorker> prestarted = nullptr);
   virtual ~WorkerSession() = default;
   // Kills the worker's process group; on_complete follows with End::cancelled.
   virtual void cancel() = 0;

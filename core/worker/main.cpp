@@ -4,7 +4,9 @@
 // GPU pool, so the host learns the GPUs without ever loading the CUDA driver itself.
 //
 // Usage:
-//   keval-worker --protocol-fd FD
+//   keval-worker --protocol-fd FD [--prewarm PLUGIN.so]...
+//     (--prewarm: started ahead of its job by `keval serve`; each plugin's SDK 1.1 prewarm runs
+//      before the hello, so the job finds its interpreter and frameworks loaded)
 //   keval-worker --describe PLUGIN.so [PLUGIN.so ...]   (one JSON object per line on stdout)
 //   keval-worker --devices                              (one JSON object on stdout)
 #include "common/log.hpp"
@@ -18,11 +20,14 @@
 #include "cuda/driver.hpp"
 #endif
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/json/array.hpp>
 #include <boost/json/serialize.hpp>
@@ -108,13 +113,53 @@ int list_devices() {
   return 0;
 }
 
-int serve_one_job(int fd) {
+// Loads the plugins and runs their prewarm hooks. Failures are logged and reported in the hello,
+// never fatal: the job then does that setup itself. The libraries stay loaded for the job.
+struct Prewarmed {
+  std::vector<std::unique_ptr<keval::worker::LoadedPlugin>> plugins;
+  boost::json::array kernel_types;
+  boost::json::array errors;
+  double seconds = 0;
+};
+
+Prewarmed prewarm(const std::vector<std::string>& paths) {
+  Prewarmed out;
+  const auto started = std::chrono::steady_clock::now();
+  for (const std::string& path : paths) {
+    try {
+      auto plugin = std::make_unique<keval::worker::LoadedPlugin>(path);
+      const keval_plugin_api& api = plugin->api();
+      if (KEVAL_STRUCT_HAS(&api, keval_plugin_api, prewarm) && api.prewarm != nullptr) {
+        keval::worker::PluginError error(api, api.prewarm());
+        if (error)
+          throw std::runtime_error(error.message() +
+                                   (error.details().empty() ? "" : "\n" + error.details()));
+        out.kernel_types.emplace_back(plugin->manifest().kernel_type);
+      }
+      out.plugins.push_back(std::move(plugin));
+    } catch (const std::exception& e) {
+      spdlog::warn("prewarm of {} failed (the job will do that setup itself): {}", path, e.what());
+      out.errors.emplace_back(path + ": " + e.what());
+    }
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return out;
+}
+
+int serve_one_job(int fd, const std::vector<std::string>& prewarm_paths) {
   keval::protocol::BlockingChannel channel(fd);
   try {
+    const Prewarmed prewarmed = prewarm(prewarm_paths);
     boost::json::object hello;
     hello["type"] = keval::protocol::msg::kHello;
     hello["worker_version"] = keval::kVersion;
     hello["pid"] = static_cast<int64_t>(::getpid());
+    if (!prewarm_paths.empty()) {
+      hello["prewarmed"] = prewarmed.kernel_types;
+      hello["prewarm_seconds"] = prewarmed.seconds;
+      if (!prewarmed.errors.empty())
+        hello["prewarm_errors"] = prewarmed.errors;
+    }
     channel.send(std::move(hello));
 
     boost::json::object frame = channel.receive();
@@ -146,11 +191,22 @@ int main(int argc, char** argv) {
     return describe(argc, argv);
   if (argc == 2 && std::strcmp(argv[1], "--devices") == 0)
     return list_devices();
-  if (argc == 3 && std::strcmp(argv[1], "--protocol-fd") == 0)
-    return serve_one_job(std::stoi(argv[2]));
-  std::fprintf(stderr,
-               "keval-worker %s: runs one keval job; started by keval, not by hand.\n"
-               "usage: keval-worker --protocol-fd FD | --describe PLUGIN.so... | --devices\n",
-               keval::kVersion);
+  if (argc >= 3 && argc % 2 == 1 && std::strcmp(argv[1], "--protocol-fd") == 0) {
+    std::vector<std::string> prewarm_paths;
+    for (int i = 3; i + 1 < argc; i += 2) {
+      if (std::strcmp(argv[i], "--prewarm") != 0) {
+        std::fprintf(stderr, "keval-worker: unknown option '%s'\n", argv[i]);
+        return 2;
+      }
+      prewarm_paths.emplace_back(argv[i + 1]);
+    }
+    return serve_one_job(std::stoi(argv[2]), prewarm_paths);
+  }
+  std::fprintf(
+      stderr,
+      "keval-worker %s: runs one keval job; started by keval, not by hand.\n"
+      "usage: keval-worker --protocol-fd FD [--prewarm PLUGIN.so]... | --describe PLUGIN.so... "
+      "| --devices\n",
+      keval::kVersion);
   return 2;
 }

@@ -175,11 +175,11 @@ TEST_F(TorchCudaGpu, KernelBenchElementwiseAddBuildsThenHitsTheCache) {
   EXPECT_EQ(cache_state(warm), "hit");
 }
 
-TEST_F(TorchCudaGpu, SeedExampleVerbatimIsCompiledFalseWithTheCompilerOutput) {
-  // Seed 000's TORCH_CUDA example puts a <<<...>>> launch in cpp_sources (compiled by the host
-  // compiler, as torch's load_inline does too) and binds an undefined 'forward': it cannot
-  // build, and the report must carry the compiler's own words.
-  const std::string seed = R"(import torch
+// Seed 000's TORCH_CUDA example, verbatim. It launches the kernel from cpp_sources (the seed
+// server rewrote such launches; keval compiles such cpp_sources with nvcc after cuda_sources),
+// binds a 'forward' that is never defined and calls it with one argument.
+std::string seed_example() {
+  return R"(import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
@@ -224,12 +224,40 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return self.my_namespace.forward(x)
 )";
-  const auto r = run_request(compare(ref_model(), candidate(seed), 5), true, built_registry());
+}
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return at == std::string::npos ? text : text.replace(at, from.size(), to);
+}
+
+TEST_F(TorchCudaGpu, SeedExampleVerbatimIsCompiledFalseWithTheCompilerOutput) {
+  // 'forward' does not exist: the report carries nvcc's own words about it.
+  const auto r =
+      run_request(compare(ref_model(), candidate(seed_example()), 5), true, built_registry());
   EXPECT_EQ(r.verdict, Verdict::kernel_failed);
   EXPECT_FALSE(exec(r).at("compiled").as_bool());
   const std::string error = compilation_error(r);
   EXPECT_TRUE(contains(error, "my_cuda_kernel")) << error;
-  EXPECT_TRUE(contains(json::serialize(r.body), "elementwise_add_kernel")) << "compiler output";
+  const std::string all = json::serialize(r.body);
+  EXPECT_TRUE(contains(all, "forward")) << all;
+  EXPECT_TRUE(contains(all, "nvcc")) << all;
+}
+
+TEST_F(TorchCudaGpu, SeedExampleWithItsBindingFixedBuildsWithTheLaunchInCppSources) {
+  // The same source with 'functions' naming the wrapper that exists and ModelNew calling it:
+  // the launch stays in cpp_sources, as the seed server accepted.
+  std::string fixed =
+      replaced(seed_example(), "functions=['forward']", "functions=['elementwise_add_cuda']");
+  fixed = replaced(fixed, "def forward(self, x):\n        return self.my_namespace.forward(x)",
+                   "def forward(self, a, b):\n"
+                   "        return self.my_namespace.elementwise_add_cuda(a, b)");
+  const auto r = run_request(compare(ref_model(), candidate(fixed), 5), true, built_registry());
+  ASSERT_EQ(r.verdict, Verdict::success) << json::serialize(r.body);
+  EXPECT_TRUE(exec(r).at("correctness").as_bool()) << json::serialize(r.body);
+  EXPECT_TRUE(contains(json::serialize(extensions(r)), "cpp_sources launch CUDA kernels"))
+      << json::serialize(r.body);
 }
 
 TEST_F(TorchCudaGpu, CppCompileErrorReturnsTheFullCompilerOutput) {

@@ -72,7 +72,7 @@ TEST_F(PluginTemplate, InstalledKevalListsTheOutOfTreePlugin) {
     if (o.contains("kernel_type") && o.at("kernel_type") == "axpy") {
       found = true;
       EXPECT_TRUE(o.at("usable").as_bool()) << json::serialize(o);
-      EXPECT_EQ(o.at("api_version"), "1.0");
+      EXPECT_EQ(o.at("api_version"), "1.1");
     }
   }
   EXPECT_TRUE(found) << r.out;

@@ -44,6 +44,22 @@ keval_error* keval_python_compile(const char* driver_module, const keval_compile
   });
 }
 
+keval_error* keval_python_prewarm(const char* driver_module) {
+  return sdk_detail::guarded(KEVAL_ERROR_INTERNAL, [&] {
+    if (driver_module == nullptr)
+      throw Error(KEVAL_ERROR_INTERNAL, "prewarm called without a driver module");
+    runtime::ensure_interpreter();
+    runtime::Gil gil;
+    try {
+      py::object driver = py::module_::import(driver_module);
+      if (py::hasattr(driver, "prewarm"))
+        driver.attr("prewarm")();
+    } catch (py::error_already_set& e) {
+      throw runtime::to_sdk_error(e);
+    }
+  });
+}
+
 keval_error* keval_python_bind_device(keval_kernel* kernel, const keval_device_args* args) {
   return sdk_detail::bind_thunk(kernel, args);
 }

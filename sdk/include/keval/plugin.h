@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define KEVAL_PLUGIN_API_MAJOR 1
-#define KEVAL_PLUGIN_API_MINOR 0
+#define KEVAL_PLUGIN_API_MINOR 1 /* 1.1: prewarm */
 
 /* The one exported symbol. Its type is keval_plugin_entry_fn. */
 #define KEVAL_PLUGIN_ENTRY_NAME "keval_plugin_entry_v1"
@@ -270,6 +270,15 @@ typedef struct keval_plugin_api {
 
   /* Releases a kernel from compile(). NULL is ignored. */
   void (*kernel_destroy)(keval_kernel* kernel);
+
+  /* --- 1.1 ----------------------------------------------------------------------------------- */
+
+  /* Optional (NULL: nothing to do). Called at most once, before any compile(), in a worker that
+   * is started ahead of its job (keval serve keeps a few ready): does the job-independent setup
+   * that every job of this type would repeat, such as starting an interpreter and importing
+   * frameworks. Must not create a GPU context or depend on any job. An error is logged and the
+   * worker carries on (the job then does that setup itself). */
+  keval_error* (*prewarm)(void);
 } keval_plugin_api;
 
 typedef const keval_plugin_api* (*keval_plugin_entry_fn)(void);

@@ -26,6 +26,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace keval::sdk {
@@ -244,6 +245,15 @@ inline void kernel_destroy_thunk(keval_kernel* k) {
   delete reinterpret_cast<KernelBox*>(k);
 }
 
+// Plugins may define `static void prewarm();` (SDK 1.1): see keval_plugin_api::prewarm.
+template <class Plugin, class = void> struct HasPrewarm : std::false_type {};
+template <class Plugin>
+struct HasPrewarm<Plugin, std::void_t<decltype(Plugin::prewarm())>> : std::true_type {};
+
+template <class Plugin> keval_error* prewarm_thunk() {
+  return guarded(KEVAL_ERROR_INTERNAL, [] { Plugin::prewarm(); });
+}
+
 template <class Plugin> const keval_plugin_api* api_table() {
   static const keval_plugin_api table = [] {
     keval_plugin_api t{};
@@ -258,6 +268,8 @@ template <class Plugin> const keval_plugin_api* api_table() {
         (Plugin::manifest().capabilities & KEVAL_CAP_DEFAULT_INPUTS) ? &inputs_thunk : nullptr;
     t.launch = &launch_thunk;
     t.kernel_destroy = &kernel_destroy_thunk;
+    if constexpr (HasPrewarm<Plugin>::value)
+      t.prewarm = &prewarm_thunk<Plugin>;
     return t;
   }();
   return &table;

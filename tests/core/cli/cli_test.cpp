@@ -20,7 +20,7 @@ std::vector<std::string> fault_env() {
 TEST(Cli, VersionAndUsage) {
   auto v = run_keval({"version"});
   EXPECT_EQ(v.exit_code, 0);
-  EXPECT_NE(v.out.find("keval 0.1.0 (plugin API 1.0)"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("keval 0.1.0 (plugin API 1.1)"), std::string::npos) << v.out;
   auto bad = run_keval({"frobnicate"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("usage: keval"), std::string::npos);
@@ -32,7 +32,7 @@ TEST(Cli, PluginsListsBuiltPluginsAndLoadErrors) {
   auto r = run_keval(
       {"plugins"}, {"KEVAL_PLUGIN_PATH=" + test_plugin_dir().string() + ":" + tmp.path().string()});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("fault  v1.0.0  api 1.0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fault  v1.0.0  api 1.1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(not loaded)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("not a readable shared library"), std::string::npos) << r.out;
 }

@@ -2,6 +2,7 @@
 // timeouts that do not hold up other jobs, expiry.
 #include "daemon_harness.hpp"
 
+#include <algorithm>
 #include <dirent.h>
 #include <future>
 #include <set>
@@ -92,7 +93,9 @@ TEST_F(DaemonJobs, FiftyConcurrentJobsAllCompleteNoneLostOrDuplicated) {
 TEST_F(DaemonJobs, CancellingARunningJobKillsItsWorker) {
   const std::string id = submit_async(hang());
   ASSERT_TRUE(wait_status(socket(), id, "validating"));
-  EXPECT_EQ(children_of(daemon_.pid()).size(), 1u); // the hung worker
+  // The hung worker and the prestarted ones (--warm-workers, default 2) waiting for jobs.
+  const std::vector<pid_t> before = children_of(daemon_.pid());
+  EXPECT_EQ(before.size(), 3u);
 
   const auto r = HttpClient(socket()).request(http::verb::delete_, "/jobs/" + id);
   ASSERT_EQ(r.status, 200u) << r.body();
@@ -101,7 +104,10 @@ TEST_F(DaemonJobs, CancellingARunningJobKillsItsWorker) {
   EXPECT_EQ(view.at("http_status"), 500);
   EXPECT_EQ(view.at("result").at("error").at("message"), "job cancelled by the client");
   EXPECT_TRUE(view.at("compilation_result").at("ok").as_bool()); // what it finished is kept
-  EXPECT_TRUE(children_of(daemon_.pid()).empty());               // the worker is gone
+  const std::vector<pid_t> after = children_of(daemon_.pid());   // the hung worker is gone
+  EXPECT_EQ(after.size(), before.size() - 1);
+  for (pid_t pid : after)
+    EXPECT_NE(std::find(before.begin(), before.end(), pid), before.end()) << pid;
 
   EXPECT_EQ(HttpClient(socket()).get("/jobs/" + id).json_body().at("status"), "failed");
   EXPECT_EQ(stats(socket()).at("jobs").at("cancelled_total"), 1);
@@ -132,6 +138,51 @@ TEST_F(DaemonJobs, AHungJobTimesOutWith500WhileOtherJobsProceed) {
   const auto s = stats(socket());
   EXPECT_EQ(s.at("jobs").at("timed_out_total"), 1);
   EXPECT_EQ(s.at("jobs").at("finished_by_verdict").at("success"), 5);
+}
+
+// Whether the job's kernel was compiled in a worker whose plugins had run their prewarm (the
+// fault plugin reports it in its compile info).
+bool compiled_in_prewarmed_worker(const HttpResult& r) {
+  const json::object body = r.json_body();
+  return body.at("kernel_exec_result")
+      .at("metadata")
+      .at("compile")
+      .at("custom")
+      .at("info")
+      .at("prewarmed")
+      .as_bool();
+}
+
+TEST(DaemonWarmWorkers, JobsRunInPrestartedWorkersThatRanTheirPluginsPrewarm) {
+  DaemonDirs dirs;
+  DaemonProcess daemon(dirs.state(), dirs.socket(), {"--warm-workers", "1"});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log();
+  // One prestarted worker: each job takes it and the pool starts the next, so every job of a
+  // sequence lands in a prewarmed worker, and each in its own process.
+  std::set<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    const auto r = HttpClient(dirs.socket()).post("/evaluate", fault_evaluate({}));
+    ASSERT_EQ(r.status, 200u) << r.body();
+    EXPECT_TRUE(r.json_body().at("kernel_exec_result").at("correctness").as_bool()) << r.body();
+    EXPECT_TRUE(compiled_in_prewarmed_worker(r)) << r.body();
+    ids.insert(std::string(r.json_body().at("job_id").as_string()));
+  }
+  EXPECT_EQ(ids.size(), 3u);
+  const auto warm = stats(dirs.socket()).at("warm_workers").as_object();
+  EXPECT_EQ(warm.at("capacity"), 1);
+  EXPECT_EQ(warm.at("taken_total"), 3);
+  EXPECT_EQ(warm.at("died_idle_total"), 0);
+  EXPECT_FALSE(warm.at("disabled").as_bool());
+}
+
+TEST(DaemonWarmWorkers, ZeroMeansEveryJobStartsItsOwnWorker) {
+  DaemonDirs dirs;
+  DaemonProcess daemon(dirs.state(), dirs.socket(), {"--warm-workers", "0"});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log();
+  const auto r = HttpClient(dirs.socket()).post("/evaluate", fault_evaluate({}));
+  ASSERT_EQ(r.status, 200u) << r.body();
+  EXPECT_FALSE(compiled_in_prewarmed_worker(r)) << r.body();
+  EXPECT_EQ(stats(dirs.socket()).at("warm_workers").at("taken_total"), 0);
 }
 
 TEST(DaemonJobsTtl, FinishedJobsExpireAfterTheirTtl) {

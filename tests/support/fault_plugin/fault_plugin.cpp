@@ -15,6 +15,9 @@
 //   modify_input         launch also overwrites its input
 //   fork_and_hang        launch forks a child that sleeps forever, then works (process-group kill)
 //
+// The plugin has an SDK 1.1 prewarm hook; info_json reports whether it ran in this process
+// ("prewarmed"), so tests see that a job landed in a prestarted worker.
+//
 // Only metadata.fault_side ("ref" or "custom", default both) misbehaves, so a compare can pair
 // a healthy reference with a faulty candidate.
 #include <keval/plugin.hpp>
@@ -34,6 +37,8 @@
 namespace {
 
 using keval::sdk::Error;
+
+bool g_prewarmed = false; // set by FaultPlugin::prewarm in a worker started ahead of its job
 
 // The plugin reads two flat metadata fields; a full JSON parser would be a dependency the
 // SDK does not need. Values are simple: "key": "text" or "key": number.
@@ -155,7 +160,8 @@ public:
   }
 
   std::string info_json() const override {
-    return "{\"fault\": \"" + fault_ + "\", \"scale\": " + std::to_string(scale_) + "}";
+    return "{\"fault\": \"" + fault_ + "\", \"scale\": " + std::to_string(scale_) +
+           ", \"prewarmed\": " + (g_prewarmed ? "true" : "false") + "}";
   }
 
 private:
@@ -171,6 +177,8 @@ struct FaultPlugin {
                                      "fault injection for keval's own tests (CPU)",
                                      KEVAL_CAP_DEVICE_CPU | KEVAL_CAP_REQUIRES_IO_CONTRACT);
   }
+
+  static void prewarm() { g_prewarmed = true; }
 
   static std::unique_ptr<keval::sdk::Kernel> compile(const keval::sdk::CompileInput& in) {
     std::string fault = metadata_field(in.metadata_json, "fault");

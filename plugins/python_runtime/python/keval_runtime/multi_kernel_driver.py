@@ -56,3 +56,12 @@ class MultiKernel:
             return bridge.export_tensors(outputs, self.device, "output")
 
         return launching.run(self.device, run_once)
+
+
+def prewarm():
+    """torch, and Triton where installed, imported ahead of the job (SDK 1.1 prewarm)."""
+    import torch  # noqa: F401
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        pass  # scripts that use Triton fail on their own import, with their own traceback

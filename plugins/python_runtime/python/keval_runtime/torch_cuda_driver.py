@@ -47,3 +47,9 @@ class TorchCudaKernel(torch_driver.TorchKernel):
         if device_type != DEVICE_CUDA:
             raise errors.UnsupportedError("kernel type 'torch_cuda' runs on CUDA devices only")
         super().bind(device_type, device_id, stream)
+
+
+def prewarm():
+    """torch and its extension machinery, imported ahead of the job (SDK 1.1 prewarm)."""
+    import torch  # noqa: F401
+    import torch.utils.cpp_extension  # noqa: F401

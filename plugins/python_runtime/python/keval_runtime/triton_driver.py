@@ -272,3 +272,9 @@ def _compile_summary(exc):
         return errors.describe(chain[-1])
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__
+
+
+def prewarm():
+    """torch and Triton, imported ahead of the job (SDK 1.1 prewarm)."""
+    import torch  # noqa: F401
+    import triton  # noqa: F401

@@ -41,6 +41,9 @@ keval_python_default_inputs(keval_kernel* kernel, const keval_default_inputs_arg
 KEVAL_PYTHON_RUNTIME_API keval_error* keval_python_launch(keval_kernel* kernel,
                                                           const keval_launch_args* args);
 KEVAL_PYTHON_RUNTIME_API void keval_python_kernel_destroy(keval_kernel* kernel);
+// Starts the interpreter and imports `driver_module`, then calls its prewarm() when it has one
+// (which imports the type's frameworks): SDK 1.1's prewarm, for workers started ahead of a job.
+KEVAL_PYTHON_RUNTIME_API keval_error* keval_python_prewarm(const char* driver_module);
 KEVAL_PYTHON_RUNTIME_API void keval_python_error_destroy(keval_error* error);
 
 } // extern "C"
@@ -78,6 +81,7 @@ template <const KernelTypeSpec& Spec> const keval_plugin_api* plugin_api() {
         (Spec.capabilities & KEVAL_CAP_DEFAULT_INPUTS) ? &keval_python_default_inputs : nullptr;
     t.launch = &keval_python_launch;
     t.kernel_destroy = &keval_python_kernel_destroy;
+    t.prewarm = []() { return keval_python_prewarm(Spec.driver_module); };
     return t;
   }();
   return &table;
