@@ -465,8 +465,16 @@ private:
     handlers.on_complete = [this, job](supervisor::SessionOutcome outcome) {
       finish(job, std::move(outcome));
     };
-    auto session = supervisor::WorkerSession::start(
-        executor_, std::move(launch), std::move(handlers), warm_ ? warm_->take() : nullptr);
+    // A prestarted worker only helps a job whose plugins prewarm something (a cuda job would
+    // otherwise wait for a worker still importing torch for nothing).
+    bool prewarmed_helps = false;
+    for (const auto& [type, path] : launch.plugins) {
+      const auto* plugin = registry_.find(type);
+      prewarmed_helps = prewarmed_helps || (plugin != nullptr && plugin->prewarm);
+    }
+    auto session =
+        supervisor::WorkerSession::start(executor_, std::move(launch), std::move(handlers),
+                                         warm_ && prewarmed_helps ? warm_->take() : nullptr);
     std::lock_guard lock(mutex_);
     if (job->ending || job->finished)
       return; // it could not start and has already ended (keeping it would be a cycle)

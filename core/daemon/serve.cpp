@@ -125,8 +125,10 @@ int serve(const ServeOptions& options) {
   job_config.job_ttl = options.job_ttl;
   job_config.warm_workers = options.warm_workers;
   for (const auto& plugin : registry.plugins())
-    if (plugin.usable())
+    if (plugin.usable() && plugin.prewarm)
       job_config.prewarm_plugins.push_back(plugin.path);
+  if (job_config.prewarm_plugins.empty())
+    job_config.warm_workers = 0; // nothing to prewarm: a fresh worker starts as fast
   JobManager jobs(jobs_ioc.get_executor(), registry, devices, job_config);
   jobs.recover();
 

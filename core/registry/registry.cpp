@@ -78,6 +78,7 @@ void probe(PluginInfo& info, const fs::path& worker_exe, std::chrono::millisecon
   info.api_minor = static_cast<uint32_t>(o.at("api_minor").to_number<int64_t>());
   info.capabilities =
       capabilities_from_names(json::value_to<std::vector<std::string>>(o.at("capabilities")));
+  info.prewarm = o.contains("prewarm") && o.at("prewarm").is_bool() && o.at("prewarm").as_bool();
   // The worker already refused incompatible versions; judging again here keeps the policy in
   // the host even if a different worker binary answered.
   if (auto problem = api_version_problem(info.api_major, info.api_minor))

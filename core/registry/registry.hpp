@@ -23,6 +23,7 @@ struct PluginInfo {
   uint32_t api_major = 0;
   uint32_t api_minor = 0;
   uint32_t capabilities = 0; // KEVAL_CAP_* bits
+  bool prewarm = false;      // has an SDK 1.1 prewarm hook (worth a prestarted worker)
   // Empty when the plugin is usable; otherwise why it was rejected.
   std::string error;
 

@@ -58,6 +58,9 @@ namespace {
 // Once the worker has exited, how long its pipes may stay open (held by a leftover grandchild
 // that escaped the process group) before we stop waiting for them.
 constexpr auto kDrainGrace = std::chrono::milliseconds(500);
+// How long a job waits for a prestarted worker that is still prewarming (importing torch and
+// Triton takes seconds; this only catches a prewarm that never ends).
+constexpr auto kPrestartedReadyLimit = std::chrono::seconds(120);
 
 class Session final : public WorkerSession, public std::enable_shared_from_this<Session> {
 public:
@@ -91,7 +94,10 @@ public:
     read_socket();
     read_pipe(out_pipe_, out_buf_, out_, out_closed_);
     read_pipe(err_pipe_, err_buf_, err_, err_closed_);
-    arm_timer();
+    if (prestarted_)
+      await_prestarted_hello();
+    else
+      arm_timer();
     process_->async_wait(asio::bind_executor(
         strand_, [self = shared_from_this()](boost::system::error_code, int) { self->on_exit(); }));
   }
@@ -159,9 +165,11 @@ private:
                                                 : std::string(),
                   std::chrono::duration<double>(Clock::now() - started_).count());
     if (type == protocol::msg::kHello) {
-      if (prestarted_)
+      if (prestarted_) {
         spdlog::debug("job {}: prestarted worker {} (prewarmed {})", launch_.job_id, process_->id(),
                       m.contains("prewarmed") ? json::serialize(m.at("prewarmed")) : "nothing");
+        arm_timer(); // the job's own time starts now, not while the worker was prewarming
+      }
       send_job();
     } else if (type == protocol::msg::kPhase) {
       const std::string phase = json::value_to<std::string>(m.at("phase"));
@@ -262,6 +270,20 @@ private:
       self->force(End::timed_out, "job exceeded its timeout of " +
                                       std::to_string(self->launch_.timeout.count() / 1000.0) +
                                       " s while " + self->stage_ + "; worker killed");
+      self->kill_group();
+    });
+  }
+
+  // A prestarted worker may still be running its plugins' prewarm when a job takes it; that is
+  // not the job's time, but it must not take forever either.
+  void await_prestarted_hello() {
+    timer_.expires_after(kPrestartedReadyLimit);
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec)
+        return;
+      self->force(End::timed_out, "the prestarted worker was not ready after " +
+                                      std::to_string(kPrestartedReadyLimit.count()) +
+                                      " s (its plugins' prewarm did not finish); worker killed");
       self->kill_group();
     });
   }

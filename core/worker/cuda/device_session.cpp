@@ -115,7 +115,14 @@ DeviceSession::DeviceSession(int ordinal) : ordinal_(ordinal) {
   cuda::check(d.cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
   try {
     cuda::check(d.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
-    cuda::check(d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    // A blocking stream, not CU_STREAM_NON_BLOCKING: kernels written for torch's load_inline
+    // usually launch on the legacy default stream (`<<<grid, block>>>`, no stream). A blocking
+    // stream is implicitly ordered with that one, so such a launch stays between keval's input
+    // writes, its timing events and its output reads. A non-blocking stream races it: on the
+    // H100, outputs were read before the kernel had run when two jobs shared the GPU, and events
+    // would time nothing. (Capturing such a launch into a graph fails; the timer then uses
+    // events.)
+    cuda::check(d.cuStreamCreate(&stream_, CU_STREAM_DEFAULT), "cuStreamCreate");
     const CUresult loaded = d.cuModuleLoadData(&module_, kDeviceKernelsFatbin);
     if (loaded != CUDA_SUCCESS)
       throw cuda::CudaError(loaded, "loading keval's device kernels (built for sm_80, sm_90 and "

@@ -65,6 +65,7 @@ boost::json::object LoadedPlugin::describe() const {
   for (const auto& name : capability_names(manifest_->capabilities))
     caps.emplace_back(name);
   o["capabilities"] = std::move(caps);
+  o["prewarm"] = KEVAL_STRUCT_HAS(api_, keval_plugin_api, prewarm) && api_->prewarm != nullptr;
   return o;
 }
 
