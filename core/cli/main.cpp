@@ -69,9 +69,9 @@ options (serve):
   --jobs-per-gpu N          jobs validating/profiling on one GPU at once (default 1: exclusive)
   --threads N               HTTP event-loop threads (default: CPU cores, at least 2); jobs
                             are supervised on one more
-  --warm-workers N          workers kept started ahead of jobs, each having run its plugins'
-                            prewarm (Python types: interpreter up, torch imported); each still
-                            serves one job (default 2; 0: every job starts its own)
+  --warm-workers N          workers kept started ahead of jobs per set of prewarming plugins
+                            seen in jobs (Python types: interpreter up, torch imported); each
+                            still serves one job (default 2; 0: every job starts its own)
   --max-body-bytes N        request body limit; larger bodies get 413 (default 67108864)
   --http-timeout SECONDS    limit on every read of a request and write of a response (default 30)
   --job-ttl SECONDS         finished jobs are kept, and served by GET /jobs/ID, this long

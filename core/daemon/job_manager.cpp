@@ -78,7 +78,7 @@ public:
     run_options_.work_root = config_.state_dir / "work";
     if (config_.warm_workers > 0)
       warm_ = std::make_unique<supervisor::WarmPool>(executor_, config_.worker_exe,
-                                                     config_.prewarm_plugins, config_.warm_workers);
+                                                     config_.warm_workers);
   }
 
   // --- start-up ------------------------------------------------------------------------------
@@ -465,16 +465,15 @@ private:
     handlers.on_complete = [this, job](supervisor::SessionOutcome outcome) {
       finish(job, std::move(outcome));
     };
-    // A prestarted worker only helps a job whose plugins prewarm something (a cuda job would
-    // otherwise wait for a worker still importing torch for nothing).
-    bool prewarmed_helps = false;
-    for (const auto& [type, path] : launch.plugins) {
-      const auto* plugin = registry_.find(type);
-      prewarmed_helps = prewarmed_helps || (plugin != nullptr && plugin->prewarm);
-    }
-    auto session =
-        supervisor::WorkerSession::start(executor_, std::move(launch), std::move(handlers),
-                                         warm_ && prewarmed_helps ? warm_->take() : nullptr);
+    // A prestarted worker helps only a job whose plugins prewarm something, and only when it
+    // prewarmed exactly those (a cuda job must not wait for a worker importing torch).
+    supervisor::WarmPool::PrewarmSet prewarm;
+    for (const auto& [type, path] : launch.plugins)
+      if (const auto* plugin = registry_.find(type); plugin != nullptr && plugin->prewarm)
+        prewarm.push_back(path);
+    auto prestarted = warm_ && !prewarm.empty() ? warm_->take(std::move(prewarm)) : nullptr;
+    auto session = supervisor::WorkerSession::start(executor_, std::move(launch),
+                                                    std::move(handlers), std::move(prestarted));
     std::lock_guard lock(mutex_);
     if (job->ending || job->finished)
       return; // it could not start and has already ended (keeping it would be a cycle)

@@ -29,10 +29,9 @@ struct JobManagerConfig {
   size_t max_queued = 256;         // submitted jobs waiting for a worker; beyond: refused
   size_t max_running = 4;          // workers at once
   std::chrono::milliseconds job_ttl = std::chrono::hours(1); // finished jobs, then forgotten
-  // Workers kept started ahead of jobs, each prewarming these plugins (0: every job starts its
-  // own worker, as the CLI does).
+  // Workers kept started ahead of jobs, per set of plugins that prewarm (see WarmPool; 0: every
+  // job starts its own worker, as the CLI does).
   size_t warm_workers = 0;
-  std::vector<std::filesystem::path> prewarm_plugins;
 };
 
 // A submission the daemon cannot take now.

@@ -46,7 +46,7 @@ struct StatsSnapshot {
   std::map<int, uint64_t> http_responses; // by status code
   std::vector<GpuState> gpus;
   supervisor::WarmPoolStats warm; // prestarted workers (keval serve --warm-workers)
-  size_t warm_capacity = 0;
+  size_t warm_capacity = 0;       // prestarted workers kept per prewarm set
 };
 
 // Accumulates JobCounters. Not thread-safe: the job manager calls it under its lock.

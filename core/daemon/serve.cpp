@@ -124,10 +124,9 @@ int serve(const ServeOptions& options) {
                                : std::max<size_t>(2, cpu_cores() + discovery.gpus.size());
   job_config.job_ttl = options.job_ttl;
   job_config.warm_workers = options.warm_workers;
-  for (const auto& plugin : registry.plugins())
-    if (plugin.usable() && plugin.prewarm)
-      job_config.prewarm_plugins.push_back(plugin.path);
-  if (job_config.prewarm_plugins.empty())
+  const auto& plugins = registry.plugins();
+  if (std::none_of(plugins.begin(), plugins.end(),
+                   [](const auto& plugin) { return plugin.usable() && plugin.prewarm; }))
     job_config.warm_workers = 0; // nothing to prewarm: a fresh worker starts as fast
   JobManager jobs(jobs_ioc.get_executor(), registry, devices, job_config);
   jobs.recover();

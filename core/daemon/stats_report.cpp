@@ -41,10 +41,9 @@ json::object stats_json(const StatsSnapshot& s) {
   jobs["max_active"] = s.max_active;
   jobs["waiting_for_device"] = s.waiting_for_device;
   out["jobs"] = std::move(jobs);
-  out["warm_workers"] = {{"capacity", s.warm_capacity},
-                         {"ready", s.warm.ready},
-                         {"taken_total", s.warm.taken},
-                         {"died_idle_total", s.warm.died_idle},
+  out["warm_workers"] = {{"per_set", s.warm_capacity},    {"sets", s.warm.sets},
+                         {"ready", s.warm.ready},         {"taken_total", s.warm.taken},
+                         {"missed_total", s.warm.missed}, {"died_idle_total", s.warm.died_idle},
                          {"disabled", s.warm.disabled}};
 
   out["compilation"] = {{"total", c.compiles},

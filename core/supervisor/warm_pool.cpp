@@ -2,6 +2,8 @@
 
 #include "common/log.hpp"
 
+#include <algorithm>
+
 namespace keval::supervisor {
 
 namespace {
@@ -11,24 +13,38 @@ constexpr size_t kMaxConsecutiveDeaths = 3;
 } // namespace
 
 WarmPool::WarmPool(boost::asio::any_io_executor executor, std::filesystem::path worker_exe,
-                   std::vector<std::filesystem::path> prewarm_plugins, size_t size)
-    : executor_(std::move(executor)), worker_exe_(std::move(worker_exe)),
-      prewarm_(std::move(prewarm_plugins)), size_(size) {
-  std::lock_guard lock(mutex_);
-  refill();
-}
+                   size_t size, size_t max_sets)
+    : executor_(std::move(executor)), worker_exe_(std::move(worker_exe)), size_(size),
+      max_sets_(std::max<size_t>(1, max_sets)) {}
 
 WarmPool::~WarmPool() {
   std::lock_guard lock(mutex_);
-  workers_.clear();
+  pools_.clear();
 }
 
-std::unique_ptr<PrestartedWorker> WarmPool::take() {
+std::unique_ptr<PrestartedWorker> WarmPool::take(PrewarmSet prewarm) {
+  if (size_ == 0 || prewarm.empty())
+    return nullptr;
+  std::sort(prewarm.begin(), prewarm.end());
+  prewarm.erase(std::unique(prewarm.begin(), prewarm.end()), prewarm.end());
+
   std::lock_guard lock(mutex_);
+  auto pool = std::find_if(pools_.begin(), pools_.end(),
+                           [&](const SetPool& p) { return p.plugins == prewarm; });
+  if (pool == pools_.end()) {
+    // A set not seen yet (or dropped): this job starts its own worker; later ones find theirs.
+    pools_.push_front(SetPool{std::move(prewarm), {}});
+    if (pools_.size() > max_sets_)
+      pools_.pop_back(); // its idle workers are killed
+  } else {
+    pools_.splice(pools_.begin(), pools_, pool);
+  }
+  SetPool& current = pools_.front();
+
   std::unique_ptr<PrestartedWorker> found;
-  while (!workers_.empty() && !found) {
-    auto worker = std::move(workers_.front());
-    workers_.pop_front();
+  while (!current.workers.empty() && !found) {
+    auto worker = std::move(current.workers.front());
+    current.workers.pop_front();
     std::string why;
     if (worker->alive(&why)) {
       found = std::move(worker);
@@ -41,18 +57,22 @@ std::unique_ptr<PrestartedWorker> WarmPool::take() {
       spdlog::warn("a prestarted worker died before any job took it ({})", why);
     }
   }
-  refill();
+  if (!found)
+    ++stats_.missed;
+  refill(current);
   return found;
 }
 
 WarmPoolStats WarmPool::stats() const {
   std::lock_guard lock(mutex_);
   WarmPoolStats out = stats_;
-  out.ready = workers_.size();
+  out.sets = pools_.size();
+  for (const auto& pool : pools_)
+    out.ready += pool.workers.size();
   return out;
 }
 
-void WarmPool::refill() {
+void WarmPool::refill(SetPool& pool) {
   if (consecutive_deaths_ >= kMaxConsecutiveDeaths) {
     if (!stats_.disabled)
       spdlog::error("prestarted workers keep dying before use (last: {}); jobs start their own "
@@ -61,9 +81,9 @@ void WarmPool::refill() {
     stats_.disabled = true;
     return;
   }
-  while (workers_.size() < size_) {
+  while (pool.workers.size() < size_) {
     try {
-      workers_.push_back(PrestartedWorker::spawn(executor_, worker_exe_, prewarm_));
+      pool.workers.push_back(PrestartedWorker::spawn(executor_, worker_exe_, pool.plugins));
     } catch (const std::exception& e) {
       spdlog::warn("cannot prestart a worker ({}); jobs start their own", e.what());
       return;

@@ -2,6 +2,13 @@
 // fresh process (nothing a job does can reach the next); what the pool saves is the start-up a
 // job would otherwise wait for: the plugins' prewarm hooks (for the Python types, starting the
 // interpreter and importing torch, ~3 s) run while the worker waits for a job.
+//
+// Workers are kept per prewarm set: the plugins of a job that have a prewarm hook. A worker
+// prewarmed for every plugin would make a job of a cheap type wait for (or pay the CPU of) an
+// `import torch` it never uses, so a job only ever takes a worker prewarmed for exactly its set.
+// Sets are learned from the jobs that arrive: the first job of a set starts its own worker and
+// from then on `size` workers for that set are kept ready; the least recently used set is dropped
+// when more than `max_sets` are in use.
 #pragma once
 
 #include "supervisor/worker_session.hpp"
@@ -9,6 +16,7 @@
 #include <cstddef>
 #include <deque>
 #include <filesystem>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,8 +27,10 @@
 namespace keval::supervisor {
 
 struct WarmPoolStats {
-  size_t ready = 0;       // started and waiting (some may still be prewarming)
+  size_t ready = 0;       // started and waiting, over every set (some may still be prewarming)
+  size_t sets = 0;        // prewarm sets with workers kept ready
   size_t taken = 0;       // handed to jobs
+  size_t missed = 0;      // jobs of a prewarming set that found no worker ready for them
   size_t died_idle = 0;   // exited before any job took them
   bool disabled = false;  // stopped refilling after repeated deaths
   std::string last_death; // how the last idle worker ended
@@ -28,26 +38,32 @@ struct WarmPoolStats {
 
 class WarmPool {
 public:
-  // Starts `size` workers (0: the pool stays empty and take() always returns null).
-  WarmPool(boost::asio::any_io_executor executor, std::filesystem::path worker_exe,
-           std::vector<std::filesystem::path> prewarm_plugins, size_t size);
+  using PrewarmSet = std::vector<std::filesystem::path>; // plugin libraries, sorted
+
+  // Keeps `size` workers per prewarm set (0: the pool stays empty and take() returns null), for
+  // at most `max_sets` sets at once.
+  WarmPool(boost::asio::any_io_executor executor, std::filesystem::path worker_exe, size_t size,
+           size_t max_sets = 4);
   ~WarmPool(); // kills the workers no job took
 
-  // A live prestarted worker, or null when there is none (the caller starts one as usual).
-  // Starts a replacement either way. Thread-safe.
-  std::unique_ptr<PrestartedWorker> take();
+  // A live worker prestarted for exactly `prewarm` (order does not matter), or null when there
+  // is none (the caller starts one as usual). Starts replacements either way. Thread-safe.
+  std::unique_ptr<PrestartedWorker> take(PrewarmSet prewarm);
 
   WarmPoolStats stats() const;
 
 private:
-  void refill(); // with mutex_ held
+  struct SetPool {
+    PrewarmSet plugins;
+    std::deque<std::unique_ptr<PrestartedWorker>> workers;
+  };
+  void refill(SetPool& pool); // with mutex_ held
 
   boost::asio::any_io_executor executor_;
   std::filesystem::path worker_exe_;
-  std::vector<std::filesystem::path> prewarm_;
-  size_t size_;
+  size_t size_, max_sets_;
   mutable std::mutex mutex_;
-  std::deque<std::unique_ptr<PrestartedWorker>> workers_;
+  std::list<SetPool> pools_; // most recently used first
   size_t consecutive_deaths_ = 0;
   WarmPoolStats stats_;
 };

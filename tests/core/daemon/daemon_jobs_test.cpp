@@ -157,20 +157,23 @@ TEST(DaemonWarmWorkers, JobsRunInPrestartedWorkersThatRanTheirPluginsPrewarm) {
   DaemonDirs dirs;
   DaemonProcess daemon(dirs.state(), dirs.socket(), {"--warm-workers", "1"});
   ASSERT_TRUE(daemon.wait_ready()) << daemon.log();
-  // One prestarted worker: each job takes it and the pool starts the next, so every job of a
-  // sequence lands in a prewarmed worker, and each in its own process.
+  // The first job of a prewarm set starts its own worker (the daemon learns the set from it);
+  // from then on one worker prestarted for that set waits, each job takes it and the pool starts
+  // the next, so every later job lands in a prewarmed worker, each in its own process.
   std::set<std::string> ids;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     const auto r = HttpClient(dirs.socket()).post("/evaluate", fault_evaluate({}));
     ASSERT_EQ(r.status, 200u) << r.body();
     EXPECT_TRUE(r.json_body().at("kernel_exec_result").at("correctness").as_bool()) << r.body();
-    EXPECT_TRUE(compiled_in_prewarmed_worker(r)) << r.body();
+    EXPECT_EQ(compiled_in_prewarmed_worker(r), i > 0) << "job " << i << ": " << r.body();
     ids.insert(std::string(r.json_body().at("job_id").as_string()));
   }
-  EXPECT_EQ(ids.size(), 3u);
+  EXPECT_EQ(ids.size(), 4u);
   const auto warm = stats(dirs.socket()).at("warm_workers").as_object();
-  EXPECT_EQ(warm.at("capacity"), 1);
+  EXPECT_EQ(warm.at("per_set"), 1);
+  EXPECT_EQ(warm.at("sets"), 1);
   EXPECT_EQ(warm.at("taken_total"), 3);
+  EXPECT_EQ(warm.at("missed_total"), 1);
   EXPECT_EQ(warm.at("died_idle_total"), 0);
   EXPECT_FALSE(warm.at("disabled").as_bool());
 }
