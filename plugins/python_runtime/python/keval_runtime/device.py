@@ -3,10 +3,13 @@
 On CUDA every launch runs with ``torch.cuda.ExternalStream(<the core's CUstream>)`` current, so
 torch's and Triton's kernels are enqueued exactly where the core's events (or its CUDA graph
 capture) measure; when the source uses CuPy, its current stream is the same one. The core's
-stream does not synchronise with the legacy default stream, so work left there would race.
+stream is a blocking stream: kernels launched with a bare ``<<<grid, block>>>`` (KernelBench's
+load_inline style) go to the legacy default stream, which is ordered with it, so events still
+measure them; a graph capture cannot hold them (see launching.py).
 On the CPU the core times launch() itself with a wall clock.
 """
 import contextlib
+import ctypes
 import sys
 
 DEVICE_CPU = 1
@@ -75,6 +78,20 @@ class Device:
         """Whether the core is capturing the current launch into a CUDA graph."""
         return self.stream is not None and self.torch.cuda.is_current_stream_capturing()
 
+    def take_pending_cuda_error(self):
+        """The CUDA runtime's pending error for this thread (cudaGetLastError), which it clears;
+        None when there is none. A ``<<<...>>>`` launch that fails and whose caller does not
+        check leaves its error there, for whatever torch call comes next to raise: during a
+        capture that is a launch the graph does not hold."""
+        failed = None
+        for cudart in _loaded_cuda_runtimes():
+            code = cudart.cudaGetLastError()
+            if code != 0 and failed is None:
+                cudart.cudaGetErrorString.restype = ctypes.c_char_p
+                failed = "%s (cudaError %d)" % (
+                    cudart.cudaGetErrorString(code).decode(errors="replace"), code)
+        return failed
+
     def abandon_capture(self):
         """Makes the core's ongoing graph capture fail, so that the core times this kernel with
         events instead. Used when the launch raised while being captured: torch allocating
@@ -86,3 +103,23 @@ class Device:
             self.stream.synchronize()
         except Exception:  # RuntimeError (torch.AcceleratorError in newer torch)
             pass
+
+
+_cuda_runtimes = None
+
+
+def _loaded_cuda_runtimes():
+    """The CUDA runtime libraries this process has loaded (torch's, and any other an extension
+    brought), opened again: dlopen of a loaded path returns that same library and its state."""
+    global _cuda_runtimes
+    if _cuda_runtimes is None:
+        paths = set()
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rstrip("\n").split(maxsplit=5)[-1]
+                if "/libcudart.so" in path:
+                    paths.add(path)
+        _cuda_runtimes = [ctypes.CDLL(path) for path in sorted(paths)]
+        for cudart in _cuda_runtimes:
+            cudart.cudaGetLastError.restype = ctypes.c_int
+    return _cuda_runtimes

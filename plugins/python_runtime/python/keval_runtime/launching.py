@@ -9,6 +9,13 @@ the CUDA generator draws random numbers. Such a launch makes the capture fail on
 returns nothing, so the core falls back to events. The same launch has already succeeded during
 validation on the same inputs, so a failure during capture is the capture's; a launch that also
 fails outside capture fails again in the first timed sample and is reported there.
+
+A launch can also fail during capture without raising: KernelBench's load_inline kernels launch
+with a bare ``<<<grid, block>>>`` on the legacy default stream, which a capture of the core's
+stream forbids, and their wrappers do not check the launch. The graph would then replay without
+that kernel (a time for work not done), and the error left pending would be raised by the next
+torch call in the first timed sample. So a pending CUDA error after a captured launch also
+abandons the capture, and is cleared: the launch is timed with events, where it is legal.
 """
 from . import errors
 
@@ -18,8 +25,13 @@ def run(device, launch):
     with device.on_stream():
         if device.capturing():
             try:
-                return launch()
+                outputs = launch()
             except errors.KernelError:
+                device.take_pending_cuda_error()
                 device.abandon_capture()
                 return []
+            if device.take_pending_cuda_error() is not None:
+                device.abandon_capture()
+                return []
+            return outputs
         return launch()
