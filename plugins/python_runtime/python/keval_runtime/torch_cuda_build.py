@@ -6,7 +6,8 @@ torch_cuda_shim) and replaces torch's ninja build with one made for a single job
   - only the granted GPU's architecture (``-gencode arch=compute_XY,code=sm_XY``);
   - translation units compiled in parallel (nvcc and the host compiler at once), then one link;
   - a content-addressed cache keyed by everything that changes the binary: the generated
-    translation units, every flag, the include paths, torch's version and CUDA version, the C++
+    translation units, every flag, the headers in the user's include directories (by content,
+    not path: load()'s files hit the cache across jobs), torch's version and CUDA version, the C++
     ABI, the nvcc and host-compiler versions, the architecture and the Python version;
   - the module is named ``<name>_<key prefix>``, so two kernels that use the same ``name=`` are
     two different modules (torch's own cache would hand the second job the first one's build);
@@ -112,6 +113,7 @@ class Extension:
         self.extra_include_paths = [os.path.abspath(p) for p in as_list(extra_include_paths)]
         self.with_cuda = bool(cuda_units) if with_cuda is None else bool(with_cuda)
         self.notes = []  # how keval's build departs from torch's, for the build record
+        self._fingerprints = {}  # include directory -> what of it enters the cache key
 
     @classmethod
     def inline(cls, name, cpp_sources, cuda_sources=None, functions=None, **flags):
@@ -163,11 +165,66 @@ class Extension:
         return cls(name, cpp_units, cuda_units, **flags)
 
     def describe(self):
+        """What enters the cache key. An include directory enters by its content (the headers
+        a unit may include from it), not its path: a header edited between two jobs must not
+        hit the first job's build, and load()'s files, which sit in each job's own directory,
+        should still hit the cache across jobs."""
         return {"name": self.name,
                 "cpp_units": self.cpp_units, "cuda_units": self.cuda_units,
                 "extra_cflags": self.extra_cflags, "extra_cuda_cflags": self.extra_cuda_cflags,
                 "extra_ldflags": self.extra_ldflags,
-                "extra_include_paths": self.extra_include_paths, "with_cuda": self.with_cuda}
+                "extra_include_paths": [self._include_fingerprint(p)
+                                        for p in self.extra_include_paths],
+                "with_cuda": self.with_cuda}
+
+    def _include_fingerprint(self, directory):
+        if directory not in self._fingerprints:
+            digest, why = fingerprint_include_dir(directory)
+            if digest is None:
+                # Unknown content must never match another build: this one is not reused.
+                digest = "unshared-" + uuid.uuid4().hex
+                self.notes.append(f"include directory {directory} {why}: its build is not "
+                                  "reused by other jobs")
+            self._fingerprints[directory] = digest
+        return self._fingerprints[directory]
+
+
+# Files of an include directory that can be #included, and how much of it is read to key a build.
+HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl", ".ipp", ".tcc", ".def",
+                   ".c", ".cc", ".cpp", ".cxx", ".cu")
+FINGERPRINT_MAX_FILES = 2000
+FINGERPRINT_MAX_BYTES = 32 << 20
+
+
+def fingerprint_include_dir(directory):
+    """SHA-256 over the relative path and content of every includable file below ``directory``
+    (keval's own build directories left out), or (None, why) when it cannot be read or is too
+    large to read for every build."""
+    if not os.path.isdir(directory):
+        return "absent", None  # the compilers skip it too
+    digest = hashlib.sha256()
+    files = total = 0
+    try:
+        for root, dirs, names in os.walk(directory, onerror=_raise):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("torch_cuda_build_"))
+            for file_name in sorted(names):
+                if not file_name.endswith(HEADER_SUFFIXES):
+                    continue
+                path = os.path.join(root, file_name)
+                files += 1
+                total += os.path.getsize(path)
+                if files > FINGERPRINT_MAX_FILES or total > FINGERPRINT_MAX_BYTES:
+                    return None, (f"holds more than {FINGERPRINT_MAX_FILES} headers or "
+                                  f"{FINGERPRINT_MAX_BYTES >> 20} MiB")
+                digest.update(os.path.relpath(path, directory).encode("utf-8") + b"\0")
+                digest.update(_sha256_of(path).encode("ascii"))
+    except OSError as exc:
+        return None, f"cannot be read ({exc})"
+    return "sha256:" + digest.hexdigest(), None
+
+
+def _raise(error):
+    raise error
 
 
 class Toolchain:
