@@ -3,10 +3,10 @@
 
 The same compare (reference Model: a + b; candidate: KernelBench's ModelNew with load_inline,
 kernel and host wrapper in cuda_sources) is evaluated:
-  keval cold        `keval compare` with an empty cache (KEVAL_CACHE_DIR fresh): builds the
-                    precompiled torch header and the kernel;
-  keval new kernel  a kernel never seen before (a unique comment changes the cache key), on a
-                    machine that has built any kernel before (the precompiled header is cached);
+  keval cold        `keval compare` with an empty cache (KEVAL_CACHE_DIR fresh);
+  keval new kernel  a kernel never seen before (a unique comment changes the cache key), the
+                    cache holding what earlier builds left (no precompiled header: only
+                    `keval serve` prepares one);
   keval warm        the first request again: the cached build is loaded;
   load_inline cold  a fresh Python process doing what KernelBench's eval does (import torch,
                     exec the sources so load_inline builds with torch's ninja build, Model and
@@ -15,9 +15,10 @@ kernel and host wrapper in cuda_sources) is evaluated:
   load_inline warm  the same with the build directory left from the cold run.
   daemon new kernel / daemon warm
                     the same compares sent to `keval serve` (HTTP over its Unix socket), whose
-                    prestarted workers have already started Python and imported torch (each job
-                    still gets a fresh process); requests are spaced so that a prestarted worker
-                    is ready for each, as a daemon with --warm-workers sized to its load has.
+                    prestarted workers have already started Python, imported torch and
+                    prepared the precompiled torch header (each job still gets a fresh
+                    process); each request waits until /stats shows a prestarted worker ready,
+                    as a daemon with --warm-workers sized to its load has one.
                     The daemon keeps prestarted workers per set of prewarming plugins, learned
                     from traffic: one unmeasured compare first teaches it torch + torch_cuda
                     (its time is printed as "daemon first job").
@@ -179,8 +180,8 @@ def main():
                                                     "bin", "keval"))
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--rounds", type=int, default=3, help="runs of each warm measurement")
-    ap.add_argument("--daemon-spacing", type=float, default=5.0,
-                    help="seconds between daemon requests (prestarted workers get ready)")
+    ap.add_argument("--ready-timeout", type=float, default=300.0,
+                    help="seconds a daemon request waits for a prestarted worker to be ready")
     ap.add_argument("--log-dir", help="keep each run's stderr here (with KEVAL_LOG_LEVEL=debug, "
                                       "where a keval evaluation spent its time)")
     args = ap.parse_args()
@@ -262,18 +263,30 @@ def main():
             except OSError:
                 time.sleep(0.1)
 
-        def daemon_compare(path):
+        def wait_for_a_ready_worker():
+            start = time.perf_counter()
+            while time.perf_counter() - start < args.ready_timeout:
+                stats = json.loads(http_call(socket_path, "GET", "/stats")[1])
+                if stats["warm_workers"]["ready"] > 0:
+                    return time.perf_counter() - start
+                time.sleep(0.2)
+            raise SystemExit(f"no prestarted worker ready after {args.ready_timeout} s")
+
+        def daemon_compare(path, wait=True):
             with open(path, "rb") as f:
                 body = f.read()
+            if wait:
+                waited = wait_for_a_ready_worker()
+                if waited > 1:
+                    print(f"  (waited {waited:.1f} s for a prestarted worker)", flush=True)
             start = time.perf_counter()
             status, data = http_call(socket_path, "POST", "/compare", body)
             wall = time.perf_counter() - start
             result = json.loads(data)["kernel_exec_result"]
             assert status == 200 and result["compiled"] and result["correctness"], data[:2000]
-            time.sleep(args.daemon_spacing)
             return wall, result["metadata"]["compile"]["custom"]["info"]["extensions"][0]
 
-        wall, build = daemon_compare(first)  # teaches the daemon this prewarm set
+        wall, build = daemon_compare(first, wait=False)  # teaches the daemon this prewarm set
         print(f"daemon first job (not a row): {wall:.2f} s ({build['cache']})", flush=True)
         rows["daemon new kernel"] = []
         for r in range(args.rounds):

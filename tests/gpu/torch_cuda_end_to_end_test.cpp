@@ -148,6 +148,15 @@ std::string cache_state(const result::Response& r) {
   return text(extensions(r).at(0).as_object().at("cache"));
 }
 
+// The build step of the first extension's unit compiled by `tool` ("nvcc" for cuda.cu).
+json::object build_step(const result::Response& r, const std::string& tool) {
+  for (const auto& step : extensions(r).at(0).as_object().at("steps").as_array())
+    if (text(step.as_object().at("tool")) == tool)
+      return step.as_object();
+  ADD_FAILURE() << "no " << tool << " step in " << json::serialize(extensions(r));
+  return {};
+}
+
 result::Response timed_compare(const json::object& ref, const json::object& custom,
                                const std::string& label, int64_t trials = 20) {
   const auto start = std::chrono::steady_clock::now();
@@ -173,6 +182,9 @@ TEST_F(TorchCudaGpu, KernelBenchElementwiseAddBuildsThenHitsTheCache) {
   // not done), so the capture is abandoned and the launch timed with events.
   EXPECT_EQ(text(exec(cold).at("runtime_stats").at("method")), "cuda_event")
       << json::serialize(exec(cold).at("runtime_stats"));
+  // Tensors, factories and data_ptr are all the kernel's wrapper uses: the lean header set.
+  EXPECT_EQ(text(build_step(cold, "nvcc").at("headers")), "lean")
+      << json::serialize(extensions(cold));
 
   const auto warm = timed_compare(ref_model(), candidate(source), "warm");
   ASSERT_EQ(warm.verdict, Verdict::success) << json::serialize(warm.body);
@@ -235,6 +247,25 @@ std::string replaced(std::string text, const std::string& from, const std::strin
   const size_t at = text.find(from);
   EXPECT_NE(at, std::string::npos) << from;
   return at == std::string::npos ? text : text.replace(at, from.size(), to);
+}
+
+// A wrapper that calls an operator (torch::sigmoid) the lean header set does not declare: the
+// lean attempt fails, the unit is compiled with the trimmed set, and nothing of the failed
+// attempt reaches the result but its line in the build record.
+TEST_F(TorchCudaGpu, WrapperCallingAnyOperatorBuildsWithTheNextHeaderSet) {
+  const std::string source =
+      replaced(model_new("a[idx] + b[idx]", "sigmoid_add", "operator test"),
+               "auto out = torch::zeros_like(a);",
+               "a = torch::sigmoid(a);\n    auto out = torch::zeros_like(a);");
+  const auto r = timed_compare(ref_model("torch.sigmoid(a) + b"), candidate(source),
+                               "operator in the wrapper");
+  ASSERT_EQ(r.verdict, Verdict::success) << json::serialize(r.body);
+  EXPECT_TRUE(exec(r).at("correctness").as_bool()) << json::serialize(r.body);
+  const auto step = build_step(r, "nvcc");
+  EXPECT_EQ(text(step.at("headers")), "trimmed") << json::serialize(step);
+  ASSERT_TRUE(step.contains("attempts")) << json::serialize(step);
+  EXPECT_TRUE(contains(text(step.at("attempts").as_array().at(0)), "lean: "));
+  EXPECT_TRUE(contains(text(step.at("attempts").as_array().at(0)), "did not compile"));
 }
 
 TEST_F(TorchCudaGpu, SeedExampleVerbatimIsCompiledFalseWithTheCompilerOutput) {

@@ -4,6 +4,7 @@ entries and its one-builder-per-key locking.
 
 usage: torch_cuda_build_test.py <keval_runtime's parent directory> [unittest options]
 """
+import fcntl
 import os
 import sys
 import tempfile
@@ -214,6 +215,138 @@ class IncludeDirectoriesInTheKey(unittest.TestCase):
             build.FINGERPRINT_MAX_FILES = limit
         self.assertNotEqual(one, two)
         self.assertTrue(any("not reused" in note for note in extension.notes), extension.notes)
+
+
+class LeanHeaders(unittest.TestCase):
+    """The lean header set is torch's own files less exactly the lines LEAN_DROPS names."""
+
+    def test_drops_exactly_the_named_lines_from_the_first_copy_on_the_path(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            first, second = os.path.join(tmp, "a"), os.path.join(tmp, "b")
+            types_h = ("#pragma once\n#include <ATen/ATen.h>\n"
+                       "#include <ATen/core/dispatch/Dispatcher.h>\n#include <torch/library.h>\n"
+                       "namespace torch { using namespace at; }\n")
+            aten_h = "#pragma once\n#include <ATen/Context.h>\n#include <ATen/Functions.h>\n"
+            for directory, relative, text in ((first, "torch/types.h", types_h),
+                                              (second, "ATen/ATen.h", aten_h),
+                                              (second, "torch/types.h", "not this copy\n")):
+                os.makedirs(os.path.join(directory, os.path.dirname(relative)), exist_ok=True)
+                with open(os.path.join(directory, relative), "w") as f:
+                    f.write(text)
+            lean = build.lean_headers([first, second])
+        self.assertEqual(lean["torch/types.h"], "#pragma once\n#include <ATen/ATen.h>\n"
+                         "namespace torch { using namespace at; }\n")
+        self.assertEqual(lean["ATen/ATen.h"], "#pragma once\n#include <ATen/Context.h>\n")
+
+    def test_a_torch_without_those_lines_has_no_lean_set(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            os.makedirs(os.path.join(tmp, "torch"))
+            with open(os.path.join(tmp, "torch", "types.h"), "w") as f:
+                f.write("#pragma once\n#include <ATen/ATen.h>\n")
+            self.assertEqual(build.lean_headers([tmp]), {})
+
+
+class HeaderSetOrder(unittest.TestCase):
+    """Builder._compile_unit: header sets are tried in order until one compiles; the fallback
+    only after all failed, and only when it may help."""
+
+    def setUp(self):
+        self.builder = build.Builder("/nonexistent", 90,
+                                     toolchain=types.SimpleNamespace(key_parts=TOOLCHAIN))
+
+    def attempt(self, outcomes, tried):
+        def attempt(header_set):
+            tried.append(header_set)
+            return outcomes[header_set], f"output of {header_set}", {"tool": "nvcc",
+                                                                     "seconds": 0.5}
+        return attempt
+
+    def test_the_first_set_that_compiles_is_used_and_no_other_runs(self):
+        tried = []
+        rc, output, step = self.builder._compile_unit(
+            self.attempt({"lean": 0, "trimmed": 0}, tried), ["lean", "trimmed"],
+            ("full", lambda step: True))
+        self.assertEqual((rc, tried, step["headers"]), (0, ["lean"], "lean"))
+        self.assertNotIn("attempts", step)
+
+    def test_a_set_that_does_not_compile_gives_way_to_the_next(self):
+        tried = []
+        rc, output, step = self.builder._compile_unit(
+            self.attempt({"lean": 1, "trimmed": 0}, tried), ["lean", "trimmed"])
+        self.assertEqual((rc, output, step["headers"]), (0, "output of trimmed", "trimmed"))
+        self.assertEqual(step["attempts"], ["lean: 0.5 s (did not compile)", "trimmed: 0.5 s"])
+
+    def test_fallback_only_when_every_set_failed_and_it_may_help(self):
+        outcomes = {"lean": 1, "trimmed": 1, "full": 0}
+        tried = []
+        rc, output, step = self.builder._compile_unit(
+            self.attempt(outcomes, tried), ["lean", "trimmed"], ("full", lambda step: True))
+        self.assertEqual((rc, tried, step["headers"]), (0, ["lean", "trimmed", "full"], "full"))
+        tried = []
+        rc, output, step = self.builder._compile_unit(
+            self.attempt(outcomes, tried), ["lean", "trimmed"], ("full", lambda step: False))
+        self.assertEqual((rc, output, tried), (1, "output of trimmed", ["lean", "trimmed"]))
+        outcomes["full"] = 1
+        rc, output, step = self.builder._compile_unit(
+            self.attempt(outcomes, []), ["lean", "trimmed"], ("full", lambda step: True))
+        self.assertEqual((rc, output, len(step["attempts"])), (1, "output of full", 3))
+
+
+class PrecompiledHeader(unittest.TestCase):
+    """Builder.prepare with a stand-in compiler (a script that writes its -o file)."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.compiler = os.path.join(self.tmp.name, "fake-c++")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def builder(self, body):
+        with open(self.compiler, "w") as f:
+            f.write("#!/bin/sh\n" + body)
+        os.chmod(self.compiler, 0o755)
+        toolchain = types.SimpleNamespace(key_parts=TOOLCHAIN, cxx=self.compiler, defines=[],
+                                          include_paths=[])
+        return build.Builder(None, None, cache_dir=os.path.join(self.tmp.name, "cache"),
+                             toolchain=toolchain)
+
+    WRITE_OUTPUT = 'while [ "$1" != -o ]; do shift; done; echo pch > "$2"\n'
+
+    def test_built_once_then_present(self):
+        builder = self.builder(self.WRITE_OUTPUT)
+        self.assertEqual(builder.prepare(), "built")
+        self.assertEqual(builder.prepare(), "present")
+        pch = builder._pch_dir(builder._cxx_flags("trimmed"))
+        with open(os.path.join(pch, build.PCH_HEADER + ".gch")) as f:
+            self.assertEqual(f.read(), "pch\n")
+        self.assertEqual(sorted(n for n in os.listdir(os.path.dirname(pch))
+                                if not n.endswith(".lock")), [os.path.basename(pch)])
+
+    def test_a_compiler_failure_leaves_no_header_and_its_output(self):
+        builder = self.builder('echo "no such header" >&2; exit 1\n')
+        self.assertEqual(builder.prepare(), "failed")
+        pch = builder._pch_dir(builder._cxx_flags("trimmed"))
+        self.assertFalse(os.path.exists(os.path.join(pch, build.PCH_HEADER + ".gch")))
+        with open(os.path.join(pch, "log")) as f:
+            self.assertIn("no such header", f.read())
+
+    def test_in_the_background_it_holds_the_lock_until_done(self):
+        gate = os.path.join(self.tmp.name, "gate")
+        os.mkfifo(gate)
+        # The compiler blocks reading the fifo until the test writes to it.
+        builder = self.builder(f"read line < {gate}\n" + self.WRITE_OUTPUT)
+        try:
+            self.assertEqual(builder.prepare(wait=False), "started")
+            self.assertEqual(builder.prepare(wait=False), "being built")
+        finally:
+            with open(gate, "w") as f:  # never leaves the detached stand-in waiting
+                f.write("go\n")
+        pch = builder._pch_dir(builder._cxx_flags("trimmed"))
+        with open(pch + ".lock") as lock:  # released when the detached build ends
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        self.assertEqual(builder.prepare(), "present")
+        self.assertTrue(os.path.exists(os.path.join(pch, build.PCH_HEADER + ".gch")))
 
 
 class FakeBuilder(build.Builder):

@@ -50,6 +50,10 @@ class TorchCudaKernel(torch_driver.TorchKernel):
 
 
 def prewarm():
-    """torch and its extension machinery, imported ahead of the job (SDK 1.1 prewarm)."""
+    """Ahead of the job (SDK 1.1 prewarm, keval serve's prestarted workers): torch and its
+    extension machinery imported, and the precompiled torch header that main.cpp uses started
+    in the background if the cache does not have it yet (Builder.prepare)."""
     import torch  # noqa: F401
     import torch.utils.cpp_extension  # noqa: F401
+
+    torch_cuda_build.Builder(work_dir=None, cuda_arch=None).prepare(wait=False)
