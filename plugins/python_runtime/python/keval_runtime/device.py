@@ -87,7 +87,6 @@ class Device:
         for cudart in _loaded_cuda_runtimes():
             code = cudart.cudaGetLastError()
             if code != 0 and failed is None:
-                cudart.cudaGetErrorString.restype = ctypes.c_char_p
                 failed = "%s (cudaError %d)" % (
                     cudart.cudaGetErrorString(code).decode(errors="replace"), code)
         return failed
@@ -122,4 +121,5 @@ def _loaded_cuda_runtimes():
         _cuda_runtimes = [ctypes.CDLL(path) for path in sorted(paths)]
         for cudart in _cuda_runtimes:
             cudart.cudaGetLastError.restype = ctypes.c_int
+            cudart.cudaGetErrorString.restype = ctypes.c_char_p
     return _cuda_runtimes

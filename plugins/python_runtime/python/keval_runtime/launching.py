@@ -24,13 +24,13 @@ def run(device, launch):
     """Runs ``launch()`` (which returns exported outputs) on the core's stream."""
     with device.on_stream():
         if device.capturing():
+            raised = False
             try:
                 outputs = launch()
             except errors.KernelError:
-                device.take_pending_cuda_error()
-                device.abandon_capture()
-                return []
-            if device.take_pending_cuda_error() is not None:
+                raised = True
+            # Taken (and so cleared) either way: the event-timed launch must not inherit it.
+            if device.take_pending_cuda_error() is not None or raised:
                 device.abandon_capture()
                 return []
             return outputs

@@ -44,6 +44,7 @@ MANIFEST = "manifest.json"
 # main.cpp includes torch/extension.h through a header of keval's own (PCH_HEADER), which can be
 # precompiled ahead of jobs (Builder.prepare): parsing torch's headers is most of a build.
 PCH_HEADER = "keval_torch_extension.h"
+PCH_HEADER_TEXT = "#include <torch/extension.h>\n"
 CPP_PRELUDE = f'#include "{PCH_HEADER}"\n'
 CUDA_PRELUDE = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
 
@@ -414,8 +415,7 @@ class Builder:
         """{header set: the compiler flags selecting it} (see LEAN_DROPS and the sets above);
         "lean" is absent when the installed torch has none of the lines it drops."""
         if self._header_flags is None:
-            prelude_files = {PCH_HEADER: "#include <torch/extension.h>\n"}
-            prelude = "-I" + self._header_dir(prelude_files)
+            prelude = "-I" + self._header_dir({PCH_HEADER: PCH_HEADER_TEXT})
             trimmed = "-I" + self._header_dir({"torch/extension.h": TRIMMED_EXTENSION_H})
             self._header_flags = {"trimmed": [trimmed, prelude], "full": [prelude]}
             lean = lean_headers(self.toolchain.include_paths)
@@ -463,7 +463,7 @@ class Builder:
                 return "present"
             staging = f"{pch_dir}.tmp-{uuid.uuid4().hex}"
             os.makedirs(staging)
-            header = _write(staging, PCH_HEADER, "#include <torch/extension.h>\n")
+            header = _write(staging, PCH_HEADER, PCH_HEADER_TEXT)
             gch = os.path.join(staging, PCH_HEADER + ".gch")
             command = [self.toolchain.cxx, "-x", "c++-header", header, "-o", gch] + cxx_flags
             # Published as a whole by rename, "complete" last inside it; a .gch only if the
@@ -520,6 +520,10 @@ class Builder:
         name_defines = [f"-DKEVAL_TORCH_EXTENSION_NAME={name}"]
         user_includes = [f"-I{p}" for p in extension.extra_include_paths]
         torch_includes = [f"-I{p}" for p in toolchain.include_paths]
+        # main.cpp uses a precompiled header when one was prepared for its flags.
+        trimmed_cxx_flags = self._cxx_flags("trimmed", extension)
+        pch_dir = self._pch_dir(trimmed_cxx_flags)
+        has_pch = os.path.exists(os.path.join(pch_dir, PCH_HEADER + ".gch"))
 
         def cuda_attempt(file_name, text):
             def attempt(header_set):
@@ -539,14 +543,13 @@ class Builder:
                     "seconds": seconds, "mode": mode}
             return attempt
 
-        def cpp_attempt(file_name, text, pch_dir):
+        def cpp_attempt(file_name, text):
             def attempt(header_set):
                 unit_dir = os.path.join(build_dir, header_set)
                 os.makedirs(unit_dir, exist_ok=True)
                 source = _write(unit_dir, file_name, text)
                 if header_set == "pch":
-                    flags = [f"-I{pch_dir}", "-Winvalid-pch"] + self._cxx_flags("trimmed",
-                                                                                extension)
+                    flags = [f"-I{pch_dir}", "-Winvalid-pch"] + trimmed_cxx_flags
                 else:
                     flags = self._cxx_flags(header_set, extension)
                 command = [toolchain.cxx, "-c", source, "-o", source + ".o"] + flags + \
@@ -571,13 +574,10 @@ class Builder:
             for file_name, text in extension.cpp_units:
                 if CPP_PRELUDE not in text:  # load()'s files: as torch compiles them
                     futures.append(pool.submit(self._compile_unit,
-                                               cpp_attempt(file_name, text, None), ["full"]))
+                                               cpp_attempt(file_name, text), ["full"]))
                     continue
-                # A precompiled header is used when one was prepared for these flags.
-                pch_dir = self._pch_dir(self._cxx_flags("trimmed", extension))
-                has_pch = os.path.exists(os.path.join(pch_dir, PCH_HEADER + ".gch"))
                 futures.append(pool.submit(
-                    self._compile_unit, cpp_attempt(file_name, text, pch_dir),
+                    self._compile_unit, cpp_attempt(file_name, text),
                     ["pch"] if has_pch else preferred, ("full", lambda step: True)))
             results = [f.result() for f in futures]
         steps, objects = [], []
