@@ -4,6 +4,8 @@ find_package(Boost 1.81 REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(Threads REQUIRED)
+# libcrypto: the HMAC that signs job records (core/store) and the random key it uses.
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 
 # Header-only Boost configuration shared by every target that includes Boost.
 add_library(keval_boost INTERFACE)

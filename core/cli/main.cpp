@@ -17,6 +17,7 @@
 #include "registry/registry.hpp"
 #include "request/parse.hpp"
 #include "result/response.hpp"
+#include "supervisor/orphan_reaper.hpp"
 
 #include <chrono>
 #include <cstdlib>
@@ -176,6 +177,18 @@ int cmd_run(keval::request::EvalRequest::Mode mode, const std::string& source,
     spdlog::warn("{}", warning);
 
   const keval::store::JobStore store(state_dir / "jobs");
+  // What a worker leaves behind when it dies (setsid, double forks) comes to us rather than to
+  // init, and is killed once the job has ended, however it ends.
+  keval::supervisor::become_child_subreaper();
+  struct ReapAtEnd {
+    ~ReapAtEnd() {
+      try {
+        keval::supervisor::reap_orphans();
+      } catch (const std::exception& e) {
+        spdlog::error("killing what the job left behind: {}", e.what());
+      }
+    }
+  } reap_at_end;
   keval::job::RunOptions options;
   options.worker_exe = worker_exe();
   options.work_root = state_dir / "work";

@@ -43,6 +43,16 @@ namespace keval::cuda {
   X(cuEventElapsedTime)                                                                            \
   X(cuEventDestroy)                                                                                \
   X(cuMemAlloc)                                                                                    \
+  X(cuMemGetAllocationGranularity)                                                                 \
+  X(cuMemCreate)                                                                                   \
+  X(cuMemRelease)                                                                                  \
+  X(cuMemAddressReserve)                                                                           \
+  X(cuMemAddressFree)                                                                              \
+  X(cuMemMap)                                                                                      \
+  X(cuMemUnmap)                                                                                    \
+  X(cuMemSetAccess)                                                                                \
+  X(cuMemExportToShareableHandle)                                                                  \
+  X(cuMemImportFromShareableHandle)                                                                \
   X(cuMemFree)                                                                                     \
   X(cuMemGetInfo)                                                                                  \
   X(cuMemcpyHtoD)                                                                                  \

@@ -6,6 +6,7 @@
 #include "daemon/stats_report.hpp"
 #include "job/job_runner.hpp"
 #include "result/response.hpp"
+#include "store/job_store.hpp"
 
 #include <keval/plugin.h>
 
@@ -148,7 +149,14 @@ void Api::submit(const HttpRequest& request, request::EvalRequest::Mode mode,
 
 void Api::job(const HttpRequest& request, const std::string& id, const Respond& respond) {
   if (request.method() == http::verb::get) {
-    auto view = jobs_.view(id);
+    std::optional<json::object> view;
+    try {
+      view = jobs_.view(id);
+    } catch (const store::RecordRefused& e) {
+      // Never the record on disk: it is not the daemon's. Keval's failure, not the kernel's.
+      return respond(json_response(http::status::internal_server_error,
+                                   error_body("record_refused", e.what())));
+    }
     if (!view)
       return respond(not_found("no job '" + id + "' (unknown, or expired after its TTL)"));
     return respond(json_response(http::status::ok, *view));
@@ -239,6 +247,16 @@ HttpResponse Api::payload_too_large() {
       http::status::payload_too_large,
       result::bad_request_body("", "request body exceeds the daemon's limit of " +
                                        std::to_string(config_.max_body_bytes) + " bytes"));
+  res.keep_alive(false);
+  res.set(http::field::server, std::string("keval/") + kVersion);
+  res.prepare_payload();
+  count(res.result_int());
+  return res;
+}
+
+HttpResponse Api::forbidden_peer(const std::string& why) {
+  auto res = json_response(http::status::forbidden,
+                           error_body("forbidden", "this connection is refused: " + why));
   res.keep_alive(false);
   res.set(http::field::server, std::string("keval/") + kVersion);
   res.prepare_payload();

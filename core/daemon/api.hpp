@@ -3,7 +3,8 @@
 //
 //   POST /evaluate, POST /compare      run a job: synchronous (the seed-000 response), or with
 //                                      "async": true, 202 and a job_id at once
-//   GET /jobs/{id}, GET /job/{id}      the job's status and the phases it finished
+//   GET /jobs/{id}, GET /job/{id}      the job's status and the phases it finished (500
+//                                      "record_refused" when its record on disk is not ours)
 //   DELETE /jobs/{id}                  cancel it (kills its worker)
 //   GET /health, /stats, /plugins      JSON
 //   GET /metrics                       Prometheus text
@@ -50,6 +51,8 @@ public:
   // Answers for what the HTTP layer rejects before a request is complete; the connection closes.
   HttpResponse payload_too_large();
   HttpResponse malformed_http(const std::string& what);
+  // The answer to every request on a connection from a job's process (detail/peer_check.hpp).
+  HttpResponse forbidden_peer(const std::string& why);
 
 private:
   using Respond = std::function<void(HttpResponse)>;

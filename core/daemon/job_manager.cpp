@@ -5,6 +5,7 @@
 #include "job/job_runner.hpp"
 #include "result/response.hpp"
 #include "store/job_store.hpp"
+#include "supervisor/orphan_reaper.hpp"
 #include "supervisor/warm_pool.hpp"
 #include "supervisor/worker_session.hpp"
 
@@ -93,26 +94,41 @@ public:
     const double now = unix_now();
     std::lock_guard lock(mutex_);
     for (const auto& id : store_.list()) {
-      auto record = store_.load(id);
-      // The daemon's records carry submitted_at; others (`keval evaluate --keep-record` into the
-      // same directory) are not the daemon's to expire or to call interrupted.
-      if (!record || !record->contains("submitted_at")) {
-        if (!record)
-          spdlog::warn("job record {} is unreadable; ignored", store_.record_path(id).string());
+      std::optional<store::StoredRecord> stored;
+      try {
+        stored = store_.load(id);
+      } catch (const store::RecordRefused& e) {
+        // Not this host's record (planted, or rewritten by something a job left behind): never
+        // served. Moved aside, so it is reported once and kept for whoever investigates.
+        spdlog::warn("job record {} refused: {}; moved aside to {}.refused",
+                     store_.record_path(id).string(), e.what(),
+                     store_.record_path(id).filename().string());
+        store_.quarantine(id);
+        stats_.record_refused();
+        continue;
+      } catch (const std::exception& e) {
+        spdlog::warn("job record {} is unreadable ({}); ignored", store_.record_path(id).string(),
+                     e.what());
         continue;
       }
+      // The daemon's records carry submitted_at; others (`keval evaluate --keep-record` into the
+      // same directory) are not the daemon's to expire or to call interrupted.
+      if (!stored || !stored->record.contains("submitted_at"))
+        continue;
+      json::object& record = stored->record;
       auto job = std::make_shared<Job>();
       job->id = id;
-      job->mode = string_field(*record, "mode");
-      job->status = string_field(*record, "status");
-      job->submitted_at = number_field(*record, "submitted_at");
-      job->started_at = number_field(*record, "started_at");
-      job->finished_at = number_field(*record, "finished_at");
+      job->mode = string_field(record, "mode");
+      job->status = string_field(record, "status");
+      job->submitted_at = number_field(record, "submitted_at");
+      job->started_at = number_field(record, "started_at");
+      job->finished_at = number_field(record, "finished_at");
+      job->record_mac = stored->mac;
       if (!is_final(job->status)) {
         spdlog::warn("job {} was {} when the daemon stopped: reported as interrupted", id,
                      job->status);
-        *record = interrupted(std::move(*record), now);
-        store_.save(id, *record);
+        record = interrupted(std::move(record), now);
+        job->record_mac = store_.save(id, record);
         job->status = "failed";
         job->finished_at = now;
         stats_.interrupted();
@@ -123,7 +139,7 @@ public:
       }
       job->stage = "done";
       job->finished = true;
-      job->http_status = record_http_status(*record);
+      job->http_status = record_http_status(record);
       jobs_.emplace(id, std::move(job));
     }
     if (!jobs_.empty())
@@ -177,20 +193,31 @@ public:
       job = it->second;
     }
     RecordSnapshot snapshot;
+    std::string written_mac;
     {
       // Not while a change is being written: a client sees no status or phase a crash would lose.
       std::lock_guard save_lock(job->save_mutex);
       std::lock_guard lock(mutex_);
       if (!job->finished)
         snapshot = snapshot_of(job, /*with_request=*/false);
+      written_mac = job->record_mac;
     }
     if (snapshot.job)
       return job_view(record_of(snapshot));
-    // Finished: only the summary stays in memory, the record is on disk.
-    auto record = store_.load(id);
-    if (!record)
+    // Finished: only the summary stays in memory, the record is on disk. Served only if it is
+    // the very record this daemon wrote last (same MAC): not one planted or rewritten since, nor
+    // an older or another job's record of ours copied over it.
+    std::optional<store::StoredRecord> stored;
+    try {
+      stored = store_.load(id);
+    } catch (const store::RecordRefused& e) {
+      throw refused(id, e.what());
+    }
+    if (!stored)
       return std::nullopt;
-    return job_view(*record);
+    if (written_mac.empty() || stored->mac != written_mac)
+      throw refused(id, "it is not the record this daemon wrote (replaced on disk)");
+    return job_view(stored->record);
   }
 
   StatsSnapshot stats() const {
@@ -294,6 +321,9 @@ private:
     // Held from a change until its record is written, and by readers: the status and phases that
     // GET /jobs shows are on disk already. Taken before mutex_, never while holding it.
     std::mutex save_mutex;
+    // The MAC of the record last written (under save_mutex; empty when that write failed): a
+    // finished job is served from disk only if the record there still has it.
+    std::string record_mac;
   };
 
   // What a record needs, copied under the lock and turned into JSON outside it.
@@ -344,11 +374,25 @@ private:
     }
     json::object record = record_of(snapshot);
     try {
-      store_.save(job->id, record);
+      job->record_mac = store_.save(job->id, record);
     } catch (const std::exception& e) {
+      job->record_mac.clear(); // what is on disk now is not this record
       spdlog::error("job {}: cannot write its record: {}", job->id, e.what());
     }
     return record;
+  }
+
+  // A finished job's record on disk that is not served: logged, counted, and the error a
+  // client gets instead.
+  store::RecordRefused refused(const std::string& id, const std::string& why) const {
+    spdlog::warn("job {}: its record {} is refused, not served: {}", id,
+                 store_.record_path(id).string(), why);
+    {
+      std::lock_guard lock(mutex_);
+      stats_.record_refused();
+    }
+    return store::RecordRefused("the stored record of job '" + id +
+                                "' is refused and not served: " + why);
   }
 
   // A record left unfinished by an earlier daemon, failed as interrupted with what it had.
@@ -544,6 +588,8 @@ private:
     });
     std::error_code ec;
     fs::remove_all(run_options_.work_root / job->id, ec);
+    // The worker is gone; so must be whatever it left behind (orphan_reaper.hpp).
+    supervisor::reap_orphans();
 
     std::function<void()> idle;
     {
@@ -582,6 +628,8 @@ private:
   }
 
   void expire() {
+    // Also a regular sweep for processes left behind while no job ended.
+    supervisor::reap_orphans();
     std::lock_guard lock(mutex_);
     if (shutting_down_)
       return;
@@ -611,7 +659,7 @@ private:
   size_t running_ = 0;
   bool shutting_down_ = false;
   std::function<void()> on_idle_;
-  JobStats stats_;
+  mutable JobStats stats_; // mutable: a reader (view) counts the records it refuses
   asio::steady_timer expiry_timer_;
   asio::steady_timer grace_timer_;
 };

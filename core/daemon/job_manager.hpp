@@ -61,7 +61,9 @@ public:
 
   // Loads the records an earlier daemon left: finished jobs are served again until their TTL;
   // unfinished ones failed with the restart (status "failed", "interrupted": true, whatever
-  // phases they completed kept). Then starts expiring finished jobs. Call once, first.
+  // phases they completed kept). A record that does not verify as this host's (store::JobStore)
+  // is refused: logged, counted (records_refused) and moved aside to <id>.json.refused, never
+  // served. Then starts expiring finished jobs. Call once, first.
   void recover();
 
   // Queues a job that passed job::check_against_registry and returns its id. `on_done`, when
@@ -69,7 +71,8 @@ public:
   std::string submit(request::EvalRequest request, std::optional<std::string> gpu_type,
                      JobDone on_done);
 
-  // The job as job_view shows it, or nullopt for an unknown (or expired) id.
+  // The job as job_view shows it, or nullopt for an unknown (or expired) id. Throws
+  // store::RecordRefused when the finished job's record on disk is not the one the daemon wrote.
   std::optional<boost::json::object> view(const std::string& job_id) const;
 
   enum class CancelResult { not_found, already_finished, cancelling };

@@ -75,6 +75,10 @@ void JobStats::interrupted() {
   ++totals_.interrupted;
 }
 
+void JobStats::record_refused() {
+  ++totals_.records_refused;
+}
+
 JobCounters JobStats::counters() const {
   const auto now = Clock::now();
   JobCounters out = totals_;

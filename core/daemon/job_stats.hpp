@@ -25,6 +25,8 @@ struct JobCounters {
   uint64_t submitted = 0;
   std::map<std::string, uint64_t> finished_by_verdict; // result::verdict_name
   uint64_t cancelled = 0, timed_out = 0, interrupted = 0;
+  // Job records on disk refused (not served): unsigned, modified, or not the one the daemon wrote.
+  uint64_t records_refused = 0;
   uint64_t compiles = 0, compile_successes = 0; // one per kernel: a compare compiles two
   double compile_ms_sum = 0;
   uint64_t validations = 0, validations_correct = 0;
@@ -59,6 +61,7 @@ public:
   void profiled(const boost::json::object& phase, double ms);
   void finished(result::Verdict verdict, supervisor::SessionOutcome::End end, double latency_ms);
   void interrupted();
+  void record_refused();
   JobCounters counters() const;
 
 private:

@@ -11,6 +11,7 @@
 #include "daemon/device_pool.hpp"
 #include "daemon/job_manager.hpp"
 #include "registry/registry.hpp"
+#include "supervisor/orphan_reaper.hpp"
 
 #include <algorithm>
 #include <csignal>
@@ -95,6 +96,9 @@ int serve(const ServeOptions& options) {
     }
   }
   const detail::StateLock state_lock(options.state_dir);
+  // A worker's leftovers (setsid, double forks) come to us rather than to init once it dies, and
+  // die with the next job that ends (supervisor/orphan_reaper.hpp).
+  supervisor::become_child_subreaper();
 
   const auto registry = registry::Registry::discover(options.plugin_dirs, options.worker_exe);
   for (const auto& plugin : registry.plugins())
@@ -146,7 +150,7 @@ int serve(const ServeOptions& options) {
   std::string where = "unix:" + options.socket_path.string();
   if (tcp_endpoint) {
     tcp::acceptor tcp_acceptor(asio::make_strand(http_ioc));
-    tcp_acceptor.open(tcp_endpoint->protocol());
+    detail::open_acceptor(tcp_acceptor, tcp_endpoint->protocol());
     tcp_acceptor.set_option(asio::socket_base::reuse_address(true));
     tcp_acceptor.bind(*tcp_endpoint);
     tcp_acceptor.listen();
@@ -209,6 +213,7 @@ int serve(const ServeOptions& options) {
     thread.join();
   jobs_thread.join();
   sessions.abandon();
+  supervisor::reap_orphans();
   spdlog::info("keval daemon stopped");
   return 0;
 }

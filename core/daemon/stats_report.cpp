@@ -35,6 +35,7 @@ json::object stats_json(const StatsSnapshot& s) {
   jobs["cancelled_total"] = c.cancelled;
   jobs["timed_out_total"] = c.timed_out;
   jobs["interrupted_total"] = c.interrupted;
+  jobs["records_refused_total"] = c.records_refused;
   jobs["queued"] = s.queued;
   jobs["queue_capacity"] = s.queue_capacity;
   jobs["active"] = s.active;
@@ -154,6 +155,9 @@ std::string prometheus_text(const StatsSnapshot& s) {
   e.family("keval_jobs_interrupted_total", "counter",
            "Jobs found unfinished after a daemon restart.")
       .sample(static_cast<double>(c.interrupted));
+  e.family("keval_records_refused_total", "counter",
+           "Job records on disk refused: unsigned, modified, or not the one the daemon wrote.")
+      .sample(static_cast<double>(c.records_refused));
   e.family("keval_queue_depth", "gauge", "Jobs waiting for a worker.")
       .sample(static_cast<double>(s.queued));
   e.family("keval_queue_capacity", "gauge", "Jobs that may wait before submissions get 503.")

@@ -1,6 +1,7 @@
 #include "protocol/blocking_channel.hpp"
 
 #include <cerrno>
+#include <cstring>
 #include <system_error>
 
 #include <sys/socket.h>
@@ -8,24 +9,52 @@
 
 namespace keval::protocol {
 
-BlockingChannel::BlockingChannel(int fd) : fd_(fd) {}
+namespace {
+
+// Descriptors queued but not yet claimed: a peer that sends without announcing could otherwise
+// make us hold any number of them.
+constexpr size_t kMaxQueuedFds = 4 * kMaxFdsPerFrame;
+
+} // namespace
+
+BlockingChannel::BlockingChannel(int fd, std::string peer, size_t max_frame_bytes)
+    : fd_(fd), peer_(std::move(peer)), decoder_(max_frame_bytes) {}
 
 BlockingChannel::~BlockingChannel() {
   if (fd_ >= 0)
     ::close(fd_);
 }
 
-void BlockingChannel::send(boost::json::object message) {
+void BlockingChannel::send(boost::json::object message, const std::vector<int>& fds) {
+  if (fds.size() > kMaxFdsPerFrame)
+    throw std::invalid_argument("too many descriptors for one frame");
   const std::string frame = encode_frame(std::move(message));
   size_t written = 0;
+  bool fds_sent = fds.empty();
   while (written < frame.size()) {
-    // MSG_NOSIGNAL: a vanished host must surface as an error here, not kill us with SIGPIPE.
-    const ssize_t n = ::send(fd_, frame.data() + written, frame.size() - written, MSG_NOSIGNAL);
+    iovec iov{const_cast<char*>(frame.data() + written), frame.size() - written};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    std::vector<char> control;
+    if (!fds_sent) { // the descriptors ride with the frame's first bytes
+      control.resize(CMSG_SPACE(sizeof(int) * fds.size()));
+      msg.msg_control = control.data();
+      msg.msg_controllen = control.size();
+      cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+      cmsg->cmsg_level = SOL_SOCKET;
+      cmsg->cmsg_type = SCM_RIGHTS;
+      cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+      std::memcpy(CMSG_DATA(cmsg), fds.data(), sizeof(int) * fds.size());
+    }
+    // MSG_NOSIGNAL: a vanished peer must surface as an error here, not kill us with SIGPIPE.
+    const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      throw std::system_error(errno, std::generic_category(), "sending to host");
+      throw std::system_error(errno, std::generic_category(), "sending to " + peer_);
     }
+    fds_sent = true;
     written += static_cast<size_t>(n);
   }
 }
@@ -35,16 +64,49 @@ boost::json::object BlockingChannel::receive() {
     if (auto message = decoder_.next())
       return std::move(*message);
     char buffer[64 * 1024];
-    const ssize_t n = ::read(fd_, buffer, sizeof buffer);
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)];
+    iovec iov{buffer, sizeof buffer};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = ::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      throw std::system_error(errno, std::generic_category(), "reading from host");
+      throw std::system_error(errno, std::generic_category(), "reading from " + peer_);
     }
+    for (cmsghdr* cmsg = CMSG_FIRSTHDR(&msg); cmsg != nullptr; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
+      if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS)
+        continue;
+      const size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int received = -1;
+        std::memcpy(&received, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
+        fds_.emplace_back(received);
+      }
+    }
+    if (fds_.size() > kMaxQueuedFds)
+      throw ProtocolError(peer_ + " sent more descriptors than it announced");
+    if ((msg.msg_flags & MSG_CTRUNC) != 0)
+      throw ProtocolError(peer_ + " sent more descriptors than one frame may carry");
     if (n == 0)
-      throw ProtocolError("host closed the channel");
+      throw ProtocolError(peer_ + " closed the channel");
     decoder_.feed(std::string_view(buffer, static_cast<size_t>(n)));
   }
+}
+
+std::vector<UniqueFd> BlockingChannel::take_fds(size_t count) {
+  if (count > fds_.size())
+    throw ProtocolError(peer_ + " announced " + std::to_string(count) + " descriptors but sent " +
+                        std::to_string(fds_.size()));
+  std::vector<UniqueFd> out;
+  for (size_t i = 0; i < count; ++i) {
+    out.push_back(std::move(fds_.front()));
+    fds_.pop_front();
+  }
+  return out;
 }
 
 } // namespace keval::protocol

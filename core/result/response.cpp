@@ -1,5 +1,8 @@
 #include "result/response.hpp"
 
+#include "common/utf8.hpp"
+#include "protocol/job_contract.hpp"
+
 #include <boost/json/array.hpp>
 #include <boost/json/value_to.hpp>
 
@@ -56,27 +59,13 @@ const json::object* phase(const JobRecord& r, const char* name) {
   return it == r.phases.end() ? nullptr : &it->second;
 }
 
-const json::object* object_at(const json::object* o, const char* key) {
-  if (o == nullptr)
-    return nullptr;
-  const auto* v = o->if_contains(key);
-  return v != nullptr && v->is_object() ? &v->as_object() : nullptr;
-}
-
-bool ok_of(const json::object* o) {
-  if (o == nullptr)
-    return false;
-  const auto* v = o->if_contains("ok");
-  return v != nullptr && v->is_bool() && v->as_bool();
-}
-
 // "message\n\ndetails" — the one string seed-000 clients read, with the full log kept.
-std::string error_text(const json::object* error) {
-  if (error == nullptr)
+std::string error_text(const std::optional<protocol::ErrorInfo>& error) {
+  if (!error)
     return {};
-  std::string text = json::value_to<std::string>(error->at("message"));
-  if (const auto* d = error->if_contains("details"); d != nullptr && d->is_string())
-    text += "\n\n" + std::string(d->as_string());
+  std::string text = error->message;
+  if (!error->details.empty())
+    text += "\n\n" + error->details;
   return text;
 }
 
@@ -87,8 +76,8 @@ bool is_infrastructure_end(End end) {
 
 json::object worker_json(const supervisor::SessionOutcome& o) {
   json::object w;
-  w["stdout"] = o.stdout_text;
-  w["stderr"] = o.stderr_text;
+  w["stdout"] = valid_utf8(o.stdout_text);
+  w["stderr"] = valid_utf8(o.stderr_text);
   w["stdout_bytes"] = o.stdout_bytes;
   w["stderr_bytes"] = o.stderr_bytes;
   w["wall_ms"] = o.wall_ms;
@@ -107,44 +96,53 @@ Response build_response(const JobRecord& record) {
   json::object& body = response.body;
   body["job_id"] = record.job_id;
 
-  const json::object* compiled = phase(record, "compiled");
-  const json::object* validated = phase(record, "validated");
-  const json::object* profiled = phase(record, "profiled");
+  // The phases as the contract types them; the stored JSON is kept as metadata beside them.
+  const json::object* compiled_json = phase(record, protocol::msg::kPhaseCompiled);
+  const json::object* validated_json = phase(record, protocol::msg::kPhaseValidated);
+  const json::object* profiled_json = phase(record, protocol::msg::kPhaseProfiled);
+  json::object stored;
+  for (const auto& [name, result] : record.phases)
+    stored[name] = result;
+  const protocol::JobPhases phases = protocol::phases_from_json(stored);
+  const auto& compiled = phases.compiled;
+  const auto& validated = phases.validated;
+  const auto& profiled = phases.profiled;
   const auto& outcome = record.outcome;
   const bool ended_badly = outcome && outcome->end != End::completed;
 
   json::object exec;
   json::object metadata;
-  const json::object* custom_compile = object_at(compiled, "custom");
-  const json::object* ref_compile = object_at(compiled, "ref");
-  exec["compiled"] = ok_of(custom_compile);
-  exec["correctness"] = ok_of(validated);
+  const protocol::SideCompile* custom_compile =
+      compiled && compiled->custom ? &*compiled->custom : nullptr;
+  const protocol::SideCompile* ref_compile = compiled && compiled->ref ? &*compiled->ref : nullptr;
+  exec["compiled"] = custom_compile != nullptr && custom_compile->ok;
+  exec["correctness"] = validated && validated->ok;
   exec["runtime"] = -1.0;
   exec["runtime_stats"] = json::object();
   body["compilation_error"] = nullptr;
   body["validation_error"] = nullptr;
   body["ref_runtime"] = nullptr;
 
-  if (custom_compile && !ok_of(custom_compile))
-    body["compilation_error"] = error_text(object_at(custom_compile, "error"));
-  if (ref_compile && !ok_of(ref_compile))
+  if (custom_compile && !custom_compile->ok)
+    body["compilation_error"] = error_text(custom_compile->error);
+  if (ref_compile && !ref_compile->ok)
     body["validation_error"] =
-        "reference kernel failed to compile: " + error_text(object_at(ref_compile, "error"));
-  if (validated && !ok_of(validated))
-    body["validation_error"] = error_text(object_at(validated, "error"));
+        "reference kernel failed to compile: " + error_text(ref_compile->error);
+  if (validated && !validated->ok)
+    body["validation_error"] = error_text(validated->error);
 
-  if (profiled && ok_of(profiled)) {
-    if (const auto* custom = object_at(profiled, "custom")) {
-      exec["runtime"] = custom->at("mean");
-      exec["runtime_stats"] = *custom;
+  if (profiled && profiled->ok) {
+    if (profiled->custom) {
+      exec["runtime"] = profiled->custom->mean;
+      exec["runtime_stats"] = json::value_from(*profiled->custom);
     }
-    if (const auto* ref = object_at(profiled, "ref"))
-      body["ref_runtime"] = *ref;
-    if (const auto* speedup = profiled->if_contains("speedup"))
-      body["speedup"] = *speedup;
-    metadata["timing_method"] = profiled->at("method");
+    if (profiled->ref)
+      body["ref_runtime"] = json::value_from(*profiled->ref);
+    if (profiled->speedup)
+      body["speedup"] = *profiled->speedup;
+    metadata["timing_method"] = profiled->method;
   } else if (profiled) {
-    body["profiling_error"] = error_text(object_at(profiled, "error"));
+    body["profiling_error"] = error_text(profiled->error);
   }
 
   // A worker that died after compiling: the death is the kernel's failure, reported where the
@@ -152,22 +150,22 @@ Response build_response(const JobRecord& record) {
   if (ended_badly && compiled && !is_infrastructure_end(outcome->end)) {
     std::string text = outcome->message;
     if (!outcome->stderr_text.empty())
-      text += "\n\nstderr:\n" + outcome->stderr_text;
+      text += "\n\nstderr:\n" + valid_utf8(outcome->stderr_text);
     if (!validated)
       body["validation_error"] = text;
     else if (!profiled)
       body["profiling_error"] = text;
   }
 
-  if (compiled)
-    metadata["compile"] = *compiled;
-  if (validated) {
-    metadata["validation"] = *validated;
-    if (const auto* device = validated->if_contains("device"))
-      metadata["device"] = *device;
+  if (compiled_json)
+    metadata["compile"] = *compiled_json;
+  if (validated_json) {
+    metadata["validation"] = *validated_json;
+    if (!validated->device.empty())
+      metadata["device"] = validated->device;
   }
-  if (profiled)
-    metadata["profiling"] = *profiled;
+  if (profiled_json)
+    metadata["profiling"] = *profiled_json;
   if (outcome)
     metadata["worker"] = worker_json(*outcome);
   if (!record.warnings.empty()) {
@@ -181,26 +179,25 @@ Response build_response(const JobRecord& record) {
 
   // Classification. No usable device is the machine's failure, not the kernel's (seed 000: "GPU
   // resource allocation failure" is a 500).
-  const json::object* validation_error = object_at(validated, "error");
-  const bool no_device = validation_error != nullptr && validation_error->at("type") == "no_device";
+  const bool no_device = validated && validated->error && validated->error->type == "no_device";
   const bool infrastructure =
-      no_device || (ended_badly && (is_infrastructure_end(outcome->end) || compiled == nullptr));
-  const bool internal_compile_error =
-      custom_compile && !ok_of(custom_compile) && object_at(custom_compile, "error") != nullptr &&
-      object_at(custom_compile, "error")->at("type") == "internal_error";
+      no_device || (ended_badly && (is_infrastructure_end(outcome->end) || !compiled));
+  const bool internal_compile_error = custom_compile && !custom_compile->ok &&
+                                      custom_compile->error &&
+                                      custom_compile->error->type == "internal_error";
   if (infrastructure || internal_compile_error) {
     response.verdict = Verdict::infrastructure;
     body["status"] = "failed";
     json::object error;
     error["class"] = "infrastructure";
-    error["message"] = no_device        ? error_text(validation_error)
+    error["message"] = no_device        ? error_text(validated->error)
                        : infrastructure ? outcome->message
-                                        : error_text(object_at(custom_compile, "error"));
+                                        : error_text(custom_compile->error);
     body["error"] = std::move(error);
   } else {
-    const bool passed = ok_of(custom_compile) && ok_of(validated) &&
-                        (profiled == nullptr || ok_of(profiled)) && !ended_badly &&
-                        (ref_compile == nullptr || ok_of(ref_compile));
+    const bool passed = custom_compile && custom_compile->ok && validated && validated->ok &&
+                        (!profiled || profiled->ok) && !ended_badly &&
+                        (ref_compile == nullptr || ref_compile->ok);
     response.verdict = passed ? Verdict::success : Verdict::kernel_failed;
     body["status"] = "success";
   }

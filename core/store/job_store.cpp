@@ -1,9 +1,7 @@
 #include "store/job_store.hpp"
 
 #include <cerrno>
-#include <fstream>
-#include <sstream>
-#include <stdexcept>
+#include <string_view>
 #include <system_error>
 
 #include <boost/json/parse.hpp>
@@ -15,7 +13,51 @@ namespace keval::store {
 
 namespace fs = std::filesystem;
 
-JobStore::JobStore(fs::path root) : root_(std::move(root)) {
+namespace {
+
+// The record's last member, as save() writes it: `,"mac":"<64 hex digits>"}`.
+constexpr std::string_view kMacOpening = ",\"mac\":\"";
+constexpr size_t kMacDigits = 64;
+constexpr size_t kMacSuffixSize = kMacOpening.size() + kMacDigits + 2; // + `"}`
+
+bool is_hex(std::string_view text) {
+  return text.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+// The whole file; nullopt when it does not exist. Close-on-exec: a worker forked meanwhile must
+// not inherit it.
+std::optional<std::string> read_file(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno == ENOENT)
+      return std::nullopt;
+    throw std::system_error(errno, std::generic_category(), "reading " + path.string());
+  }
+  std::string text;
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      throw std::system_error(error, std::generic_category(), "reading " + path.string());
+    }
+    if (n == 0)
+      break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
+} // namespace
+
+JobStore::JobStore(fs::path root)
+    : JobStore(root, RecordKey::load_or_create(root.parent_path() / "keys")) {}
+
+JobStore::JobStore(fs::path root, RecordKey key) : root_(std::move(root)), key_(std::move(key)) {
   fs::create_directories(root_);
   fs::permissions(root_, fs::perms::owner_all, fs::perm_options::replace);
 }
@@ -27,10 +69,17 @@ fs::path JobStore::record_path(const std::string& job_id) const {
   return root_ / (job_id + ".json");
 }
 
-void JobStore::save(const std::string& job_id, const boost::json::object& record) const {
+std::string JobStore::save(const std::string& job_id, const boost::json::object& record) const {
   const fs::path final_path = record_path(job_id);
   const fs::path tmp = final_path.string() + ".tmp";
-  const std::string text = boost::json::serialize(record);
+  boost::json::object stored = record;
+  stored.erase("mac");
+  stored["format_version"] = kRecordFormatVersion;
+  std::string text = boost::json::serialize(stored); // "{...}": never empty
+  const std::string mac = key_.mac_hex(text);
+  text.pop_back();
+  text.append(kMacOpening).append(mac).append("\"}");
+
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0)
     throw std::system_error(errno, std::generic_category(), "writing " + tmp.string());
@@ -49,19 +98,41 @@ void JobStore::save(const std::string& job_id, const boost::json::object& record
   ::fdatasync(fd);
   ::close(fd);
   fs::rename(tmp, final_path); // atomic: readers see the old or the new record, never half
+  return mac;
 }
 
-std::optional<boost::json::object> JobStore::load(const std::string& job_id) const {
-  std::ifstream in(record_path(job_id));
-  if (!in)
+std::optional<StoredRecord> JobStore::load(const std::string& job_id) const {
+  const auto text = read_file(record_path(job_id));
+  if (!text)
     return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
+  // The MAC first, on the bytes as they are: nothing unverified is parsed.
+  const std::string_view whole(*text);
+  if (whole.size() < kMacSuffixSize + 2 || whole.front() != '{' ||
+      whole.substr(whole.size() - kMacSuffixSize, kMacOpening.size()) != kMacOpening ||
+      whole.substr(whole.size() - 2) != "\"}")
+    throw RecordRefused("it is unsigned (no MAC as its last member): not written by keval");
+  const std::string_view mac = whole.substr(whole.size() - kMacDigits - 2, kMacDigits);
+  std::string signed_text(whole.substr(0, whole.size() - kMacSuffixSize));
+  signed_text += '}';
+  if (!is_hex(mac) || !key_.verifies(signed_text, mac))
+    throw RecordRefused("its MAC does not verify: it was modified, or written with another key");
+
   boost::json::error_code ec;
-  auto value = boost::json::parse(ss.str(), ec);
+  auto value = boost::json::parse(signed_text, ec);
   if (ec || !value.is_object())
-    return std::nullopt;
-  return std::move(value.as_object());
+    throw RecordRefused("it is signed but is not a JSON object");
+  auto& record = value.as_object();
+  const auto* version = record.if_contains("format_version");
+  if (version == nullptr || !version->is_int64() || version->as_int64() != kRecordFormatVersion)
+    throw RecordRefused("its format version is " +
+                        (version != nullptr ? boost::json::serialize(*version) : "missing") +
+                        "; this keval reads version " + std::to_string(kRecordFormatVersion));
+  const auto* id = record.if_contains("job_id");
+  if (id == nullptr || !id->is_string() || id->as_string() != job_id)
+    throw RecordRefused("it is the record of another job (" +
+                        (id != nullptr ? boost::json::serialize(*id) : "no job_id") +
+                        "), filed under '" + job_id + "'");
+  return StoredRecord{std::move(record), std::string(mac)};
 }
 
 std::vector<std::string> JobStore::list() const {
@@ -76,6 +147,12 @@ std::vector<std::string> JobStore::list() const {
 void JobStore::remove(const std::string& job_id) const {
   std::error_code ec;
   fs::remove(record_path(job_id), ec);
+}
+
+void JobStore::quarantine(const std::string& job_id) const {
+  const fs::path path = record_path(job_id);
+  std::error_code ec;
+  fs::rename(path, path.string() + ".refused", ec);
 }
 
 } // namespace keval::store

@@ -1,6 +1,7 @@
 #include "supervisor/process.hpp"
 
 #include "supervisor/detail/child_setup.hpp"
+#include "supervisor/owned_children.hpp"
 
 #include <array>
 #include <csignal>
@@ -61,6 +62,8 @@ CommandResult run_command(const std::filesystem::path& exe, const std::vector<st
                           std::chrono::milliseconds timeout, size_t output_cap) {
   asio::io_context ctx;
   asio::readable_pipe out_pipe(ctx), err_pipe(ctx);
+  // ChildSetup registers the child as the host's own (OwnedChildren) and closes every other
+  // descriptor in it.
   bp::process proc(ctx, exe, args, bp::process_stdio{nullptr, out_pipe, err_pipe},
                    detail::ChildSetup{});
   const int pid = proc.id();
@@ -87,6 +90,7 @@ CommandResult run_command(const std::filesystem::path& exe, const std::vector<st
     }
   });
   proc.async_wait([&](boost::system::error_code, int) {
+    OwnedChildren::remove(pid); // reaped: the pid may name another process from now on
     timer.cancel();
     ::kill(-pid, SIGKILL); // anything the command left behind in its group
     const int native_status = proc.native_exit_code();

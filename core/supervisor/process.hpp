@@ -1,6 +1,7 @@
 // Spawning children the way every keval job needs them: own process group (a timeout kills
 // everything the job started), killed with the host, no core dumps, only the descriptors we
-// choose inherited (Boost.Process v2 closes the rest).
+// choose inherited (every other one is closed in the child, see detail/child_setup.hpp), and
+// registered as the host's own (owned_children.hpp) while they exist.
 #pragma once
 
 #include <chrono>

@@ -2,7 +2,7 @@
 
 #include "common/log.hpp"
 #include "protocol/frame.hpp"
-#include "protocol/messages.hpp"
+#include "protocol/job_contract.hpp"
 #include "supervisor/detail/child_setup.hpp"
 #include "supervisor/detail/spawned_worker.hpp"
 
@@ -61,14 +61,17 @@ constexpr auto kDrainGrace = std::chrono::milliseconds(500);
 // How long a job waits for a prestarted worker that is still prewarming (importing torch and
 // Triton takes seconds; this only catches a prewarm that never ends).
 constexpr auto kPrestartedReadyLimit = std::chrono::seconds(120);
+// How long a worker told to stop (SIGTERM) may take to end its job's processes before its whole
+// process group is killed.
+constexpr auto kTerminateGrace = std::chrono::seconds(2);
 
 class Session final : public WorkerSession, public std::enable_shared_from_this<Session> {
 public:
   Session(asio::strand<asio::any_io_executor> strand, JobLaunch launch, SessionHandlers handlers)
       : strand_(std::move(strand)), launch_(std::move(launch)), handlers_(std::move(handlers)),
         socket_(strand_), out_pipe_(strand_), err_pipe_(strand_), timer_(strand_),
-        drain_timer_(strand_), out_(launch_.output_cap), err_(launch_.output_cap),
-        budget_left_(launch_.timeout) {}
+        drain_timer_(strand_), terminate_timer_(strand_), out_(launch_.output_cap),
+        err_(launch_.output_cap), budget_left_(launch_.timeout) {}
 
   // Supervises `worker` (spawned on this session's strand), or, when null, spawns one.
   void begin(std::unique_ptr<detail::SpawnedWorker> worker) {
@@ -90,7 +93,7 @@ public:
     err_pipe_ = std::move(worker->err);
     process_.emplace(std::move(*worker->process));
     pgid_ = process_->id();
-    stage_ = "starting";
+    stage_ = protocol::JobStage::starting;
     read_socket();
     read_pipe(out_pipe_, out_buf_, out_, out_closed_);
     read_pipe(err_pipe_, err_buf_, err_, err_closed_);
@@ -105,7 +108,7 @@ public:
   void cancel() override {
     asio::post(strand_, [self = shared_from_this()] {
       self->force(End::cancelled, "job cancelled");
-      self->kill_group();
+      self->terminate_job();
     });
   }
 
@@ -157,62 +160,93 @@ private:
     }
   }
 
-  void handle(const json::object& m) {
-    const std::string type = json::value_to<std::string>(m.at("type"));
-    // Where a job's time goes, for `KEVAL_LOG_LEVEL=debug`.
-    spdlog::debug("job {}: worker sent {}{} at {:.3f} s", launch_.job_id, type,
-                  type == protocol::msg::kPhase ? " " + json::value_to<std::string>(m.at("phase"))
-                                                : std::string(),
+  void handle(const json::object& frame) {
+    const protocol::WorkerMessage message = protocol::parse_worker_message(frame);
+    std::visit([this](const auto& m) { on_message(m); }, message);
+  }
+
+  void move_to(protocol::JobStage stage) {
+    if (!protocol::can_follow(stage_, stage))
+      throw protocol::ProtocolError(std::string("worker went back from ") +
+                                    protocol::stage_name(stage_) + " to " +
+                                    protocol::stage_name(stage));
+    stage_ = stage;
+  }
+
+  // Where a job's time goes, for `KEVAL_LOG_LEVEL=debug`.
+  void trace(const std::string& what) {
+    spdlog::debug("job {}: worker sent {} at {:.3f} s", launch_.job_id, what,
                   std::chrono::duration<double>(Clock::now() - started_).count());
-    if (type == protocol::msg::kHello) {
-      if (prestarted_) {
-        spdlog::debug("job {}: prestarted worker {} (prewarmed {})", launch_.job_id, process_->id(),
-                      m.contains("prewarmed") ? json::serialize(m.at("prewarmed")) : "nothing");
-        arm_timer(); // the job's own time starts now, not while the worker was prewarming
-      }
-      send_job();
-    } else if (type == protocol::msg::kPhase) {
-      const std::string phase = json::value_to<std::string>(m.at("phase"));
-      const auto& result = m.at("result").as_object();
-      stage_ = phase == protocol::msg::kPhaseCompiled    ? "waiting_for_device"
-               : phase == protocol::msg::kPhaseValidated ? "profiling"
-                                                         : "finishing";
-      if (handlers_.on_phase)
-        handlers_.on_phase(phase, result);
-    } else if (type == protocol::msg::kProgress) {
-      stage_ = json::value_to<std::string>(m.at("phase"));
-      if (handlers_.on_progress)
-        handlers_.on_progress(m);
-    } else if (type == protocol::msg::kNeedDevice) {
-      on_need_device(m.at("device_types").as_array());
-    } else if (type == protocol::msg::kDone) {
-      done_ = true;
-      stage_ = "exiting";
-    } else if (type == protocol::msg::kFatal) {
-      force(End::fatal, "keval-worker failed: " + json::value_to<std::string>(m.at("message")));
-      kill_group();
-    } else {
-      throw protocol::ProtocolError("unexpected message type '" + type + "'");
+  }
+
+  void on_message(const protocol::Hello& hello) {
+    trace("hello");
+    if (hello_seen_)
+      throw protocol::ProtocolError("a second hello");
+    hello_seen_ = true;
+    if (prestarted_) {
+      spdlog::debug("job {}: prestarted worker {} (prewarmed {})", launch_.job_id, hello.pid,
+                    json::serialize(hello.prewarmed));
+      arm_timer(); // the job's own time starts now, not while the worker was prewarming
     }
+    send_job();
+  }
+
+  void on_message(const protocol::PhaseMessage& phase) {
+    trace(std::string("phase ") + protocol::phase_name(phase.phase));
+    switch (phase.phase) {
+    case protocol::Phase::compiled:
+      move_to(protocol::JobStage::waiting_for_device);
+      break;
+    case protocol::Phase::validated:
+      move_to(protocol::JobStage::profiling);
+      break;
+    case protocol::Phase::profiled:
+      move_to(protocol::JobStage::finishing);
+      break;
+    }
+    if (handlers_.on_phase)
+      handlers_.on_phase(protocol::phase_name(phase.phase), phase.result);
+  }
+
+  void on_message(const protocol::Progress& progress) {
+    if (handlers_.on_progress)
+      handlers_.on_progress(protocol::to_frame(progress));
+  }
+
+  void on_message(const protocol::NeedDevice& need) {
+    trace("need_device");
+    json::array types;
+    for (const auto& t : need.device_types)
+      types.emplace_back(t);
+    on_need_device(types);
+  }
+
+  void on_message(const protocol::Done&) {
+    trace("done");
+    done_ = true;
+    move_to(protocol::JobStage::exiting);
+  }
+
+  void on_message(const protocol::Fatal& fatal) {
+    force(End::fatal, "keval-worker failed: " + fatal.message);
+    kill_group();
   }
 
   // --- writing ---------------------------------------------------------------------------
 
   void send_job() {
-    stage_ = "compiling";
-    json::object job;
-    job["type"] = protocol::msg::kJob;
-    job["job_id"] = launch_.job_id;
-    job["mode"] = launch_.mode;
-    job["request"] = launch_.request;
-    json::object plugins;
+    move_to(protocol::JobStage::compiling);
+    protocol::JobFrame job;
+    job.job_id = launch_.job_id;
+    job.mode = launch_.mode;
+    job.request = launch_.request;
     for (const auto& [type, path] : launch_.plugins)
-      plugins[type] = path.string();
-    job["plugins"] = std::move(plugins);
-    job["work_dir"] = launch_.work_dir.string();
-    job["cuda_arch"] = launch_.cuda_arch;
-    job["seed"] = launch_.seed;
-    send(std::move(job));
+      job.plugins[type] = path.string();
+    job.work_dir = launch_.work_dir.string();
+    job.cuda_arch = launch_.cuda_arch;
+    job.seed = launch_.seed;
+    send(protocol::to_frame(job));
   }
 
   void send(json::object message) {
@@ -235,7 +269,7 @@ private:
   // --- devices -----------------------------------------------------------------------------
 
   void on_need_device(const json::array& types) {
-    stage_ = "waiting_for_device";
+    move_to(protocol::JobStage::waiting_for_device);
     pause_timer(); // waiting in a queue for a GPU is not the kernel's time
     if (!handlers_.on_need_device) {
       grant(json::object{{"error", "this host grants no devices"}});
@@ -255,7 +289,7 @@ private:
       return;
     decision["type"] = protocol::msg::kGrant;
     send(std::move(decision));
-    stage_ = "validating";
+    stage_ = protocol::JobStage::validating; // the host's own step: always forward from waiting
     arm_timer();
   }
 
@@ -269,8 +303,9 @@ private:
         return; // cancelled or re-armed
       self->force(End::timed_out, "job exceeded its timeout of " +
                                       std::to_string(self->launch_.timeout.count() / 1000.0) +
-                                      " s while " + self->stage_ + "; worker killed");
-      self->kill_group();
+                                      " s while " + protocol::stage_name(self->stage_) +
+                                      "; worker killed");
+      self->terminate_job();
     });
   }
 
@@ -284,7 +319,7 @@ private:
       self->force(End::timed_out, "the prestarted worker was not ready after " +
                                       std::to_string(kPrestartedReadyLimit.count()) +
                                       " s (its plugins' prewarm did not finish); worker killed");
-      self->kill_group();
+      self->terminate_job();
     });
   }
 
@@ -309,9 +344,25 @@ private:
       ::kill(-pgid_, SIGKILL);
   }
 
+  // Ends a job that must stop now (timeout, cancel). SIGTERM goes to the worker alone: it is
+  // trusted, and it kills every process of the job (its runners, and whatever user code started
+  // there, setsid and double forks included: they were reparented to it) before it exits. Should
+  // it not be gone after kTerminateGrace, its process group is killed.
+  void terminate_job() {
+    if (pgid_ <= 0 || exited_)
+      return;
+    ::kill(pgid_, SIGTERM);
+    terminate_timer_.expires_after(kTerminateGrace);
+    terminate_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec)
+        self->kill_group();
+    });
+  }
+
   void on_exit() {
     exited_ = true;
     timer_.cancel();
+    terminate_timer_.cancel();
     const int status = process_->native_exit_code();
     if (WIFEXITED(status))
       exit_code_ = WEXITSTATUS(status);
@@ -340,7 +391,7 @@ private:
     timer_.cancel();
 
     SessionOutcome outcome;
-    outcome.stage = stage_;
+    outcome.stage = protocol::stage_name(stage_);
     outcome.exit_code = exit_code_;
     outcome.signal = signal_;
     outcome.stdout_text = out_.text();
@@ -362,7 +413,7 @@ private:
   }
 
   std::string death_message() const {
-    const std::string when = " while " + stage_;
+    const std::string when = std::string(" while ") + protocol::stage_name(stage_);
     if (signal_) {
       std::string m = "worker was killed by " + describe_signal(*signal_) + when;
       if (*signal_ == SIGKILL)
@@ -381,7 +432,7 @@ private:
   local_socket socket_;
   asio::readable_pipe out_pipe_, err_pipe_;
   std::optional<bp::basic_process<asio::strand<asio::any_io_executor>>> process_;
-  asio::steady_timer timer_, drain_timer_;
+  asio::steady_timer timer_, drain_timer_, terminate_timer_;
   protocol::FrameDecoder decoder_;
   CappedOutput out_, err_;
   std::array<char, 65536> socket_buf_{};
@@ -391,7 +442,8 @@ private:
   std::chrono::milliseconds budget_left_;
   Clock::time_point armed_at_, started_;
   int pgid_ = -1;
-  std::string stage_ = "starting";
+  protocol::JobStage stage_ = protocol::JobStage::starting;
+  bool hello_seen_ = false;
   bool prestarted_ = false;
   bool done_ = false, exited_ = false, socket_closed_ = false, out_closed_ = false,
        err_closed_ = false, finished_ = false;

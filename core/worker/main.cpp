@@ -1,7 +1,10 @@
 // keval-worker: runs exactly one job in a fresh process, talking to the host over the protocol
-// descriptor it inherited. Also answers `--describe PLUGIN...` for the host's registry, so the
-// host learns manifests without ever loading plugin code itself, and `--devices` for the daemon's
-// GPU pool, so the host learns the GPUs without ever loading the CUDA driver itself.
+// descriptor it inherited. That process is trusted: it generates inputs, compares, keeps the
+// timing books and speaks to the host, and never loads plugins or user code; each side's user code
+// runs in a runner, `keval-worker --runner`, a child of its own (see worker/runner). Also answers
+// `--describe PLUGIN...` for the host's registry, so the host learns manifests without ever loading
+// plugin code itself, and `--devices` for the daemon's GPU pool, so the host learns the GPUs
+// without ever loading the CUDA driver itself.
 //
 // Usage:
 //   keval-worker --protocol-fd FD [--prewarm PLUGIN.so]...
@@ -12,19 +15,25 @@
 #include "common/log.hpp"
 #include "common/version.hpp"
 #include "protocol/blocking_channel.hpp"
-#include "protocol/messages.hpp"
+#include "protocol/job_contract.hpp"
+#include "worker/isolation/isolation.hpp"
 #include "worker/pipeline/pipeline.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
+#include "worker/runner/runner.hpp"
+#include "worker/runner/runner_client.hpp"
 
 #ifdef KEVAL_HAVE_CUDA
 #include "cuda/driver.hpp"
+#include "worker/cuda/engine_opener.hpp"
 #endif
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -113,69 +122,103 @@ int list_devices() {
   return 0;
 }
 
-// Loads the plugins and runs their prewarm hooks. Failures are logged and reported in the hello,
-// never fatal: the job then does that setup itself. The libraries stay loaded for the job.
-struct Prewarmed {
-  std::vector<std::unique_ptr<keval::worker::LoadedPlugin>> plugins;
-  boost::json::array kernel_types;
-  boost::json::array errors;
-  double seconds = 0;
+// The job's runners: started ahead of the job when the worker is (`--prewarm`: the plugins'
+// prewarm hooks, importing torch say, run in them while the job is not yet known), otherwise
+// started for the job.
+class Runners final : public keval::worker::RunnerSource {
+public:
+  explicit Runners(std::filesystem::path worker_exe) : worker_exe_(std::move(worker_exe)) {}
+
+  // Starts `count` runners that prewarm `plugins`, and waits for their hellos.
+  void prestart(size_t count, const std::vector<std::string>& plugins,
+                keval::protocol::Hello& hello) {
+    const auto started = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < count; ++i)
+      ready_.push_back(keval::worker::RunnerClient::spawn(worker_exe_, plugins));
+#ifdef KEVAL_HAVE_CUDA
+    opener_.start();
+#endif
+    for (auto& runner : ready_)
+      greet(*runner);
+    const boost::json::object& first = hellos_.begin()->second;
+    if (const auto* done = first.if_contains("prewarmed"); done != nullptr && done->is_array())
+      hello.prewarmed = done->as_array();
+    if (const auto* errors = first.if_contains("prewarm_errors");
+        errors != nullptr && errors->is_array())
+      hello.prewarm_errors = errors->as_array();
+    hello.prewarm_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
+
+  std::unique_ptr<keval::worker::RunnerClient> take(const std::string& side) override {
+    std::unique_ptr<keval::worker::RunnerClient> runner;
+    if (!ready_.empty()) {
+      runner = std::move(ready_.front());
+      ready_.erase(ready_.begin());
+    } else {
+      runner = keval::worker::RunnerClient::spawn(worker_exe_, {});
+      greet(*runner);
+    }
+    runner->set_side(side);
+    return runner;
+  }
+
+  std::unique_ptr<keval::worker::Engine> prepared_engine(const std::string& type,
+                                                         int index) override {
+#ifdef KEVAL_HAVE_CUDA
+    if (type == "cuda")
+      return opener_.take(index);
+#endif
+    return nullptr;
+  }
+
+  boost::json::object hello_of(const keval::worker::RunnerClient& runner) override {
+    const auto it = hellos_.find(runner.pid());
+    if (it == hellos_.end() || !it->second.contains("isolation"))
+      return {};
+    return it->second.at("isolation").as_object();
+  }
+
+private:
+  void greet(keval::worker::RunnerClient& runner) {
+    hellos_[runner.pid()] = runner.await_hello();
+  }
+
+  std::filesystem::path worker_exe_;
+  std::vector<std::unique_ptr<keval::worker::RunnerClient>> ready_;
+  std::map<pid_t, boost::json::object> hellos_;
+#ifdef KEVAL_HAVE_CUDA
+  // A prestarted worker opens its device while its runners prewarm (see EngineOpener).
+  keval::worker::EngineOpener opener_;
+#endif
 };
 
-Prewarmed prewarm(const std::vector<std::string>& paths) {
-  Prewarmed out;
-  const auto started = std::chrono::steady_clock::now();
-  for (const std::string& path : paths) {
-    try {
-      auto plugin = std::make_unique<keval::worker::LoadedPlugin>(path);
-      const keval_plugin_api& api = plugin->api();
-      if (KEVAL_STRUCT_HAS(&api, keval_plugin_api, prewarm) && api.prewarm != nullptr) {
-        keval::worker::PluginError error(api, api.prewarm());
-        if (error)
-          throw std::runtime_error(error.message() +
-                                   (error.details().empty() ? "" : "\n" + error.details()));
-        out.kernel_types.emplace_back(plugin->manifest().kernel_type);
-      }
-      out.plugins.push_back(std::move(plugin));
-    } catch (const std::exception& e) {
-      spdlog::warn("prewarm of {} failed (the job will do that setup itself): {}", path, e.what());
-      out.errors.emplace_back(path + ": " + e.what());
-    }
-  }
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  return out;
-}
+// A job's sides: the reference of a compare and the candidate.
+constexpr size_t kSidesPerJob = 2;
 
 int serve_one_job(int fd, const std::vector<std::string>& prewarm_paths) {
+  // This process decides the verdict and never runs user code: nothing of another process may
+  // read or write it, and whatever the runners leave behind is reparented to it and ended.
+  const boost::json::object layers = keval::worker::isolation::protect_trusted_process();
   keval::protocol::BlockingChannel channel(fd);
   try {
-    const Prewarmed prewarmed = prewarm(prewarm_paths);
-    boost::json::object hello;
-    hello["type"] = keval::protocol::msg::kHello;
-    hello["worker_version"] = keval::kVersion;
-    hello["pid"] = static_cast<int64_t>(::getpid());
-    if (!prewarm_paths.empty()) {
-      hello["prewarmed"] = prewarmed.kernel_types;
-      hello["prewarm_seconds"] = prewarmed.seconds;
-      if (!prewarmed.errors.empty())
-        hello["prewarm_errors"] = prewarmed.errors;
-    }
-    channel.send(std::move(hello));
+    Runners runners(std::filesystem::read_symlink("/proc/self/exe"));
+    keval::protocol::Hello hello;
+    hello.worker_version = keval::kVersion;
+    hello.pid = ::getpid();
+    hello.isolation = layers;
+    if (!prewarm_paths.empty())
+      runners.prestart(kSidesPerJob, prewarm_paths, hello);
+    channel.send(keval::protocol::to_frame(hello));
 
-    boost::json::object frame = channel.receive();
-    if (frame.at("type").as_string() != keval::protocol::msg::kJob)
-      throw std::runtime_error("expected a job frame, got '" +
-                               std::string(frame.at("type").as_string()) + "'");
-    const keval::worker::JobSpec job = keval::worker::parse_job(frame);
-    keval::worker::run_pipeline(channel, job);
+    const keval::worker::JobSpec job = keval::worker::parse_job(channel.receive());
+    keval::worker::run_pipeline(channel, job, runners);
     return 0;
   } catch (const std::exception& e) {
+    keval::worker::isolation::kill_descendants();
     spdlog::error("worker failed: {}", e.what());
     try {
-      boost::json::object fatal;
-      fatal["type"] = keval::protocol::msg::kFatal;
-      fatal["message"] = e.what();
-      channel.send(std::move(fatal));
+      channel.send(keval::protocol::to_frame(keval::protocol::Fatal{e.what()}));
     } catch (...) {
       // The host is gone or the channel is broken; the exit code tells the rest.
     }
@@ -191,22 +234,30 @@ int main(int argc, char** argv) {
     return describe(argc, argv);
   if (argc == 2 && std::strcmp(argv[1], "--devices") == 0)
     return list_devices();
-  if (argc >= 3 && argc % 2 == 1 && std::strcmp(argv[1], "--protocol-fd") == 0) {
+  // `--runner --channel-fd FD [--prewarm PLUGIN]...`: one side's user code, for a trusted worker.
+  const bool runner = argc >= 2 && std::strcmp(argv[1], "--runner") == 0;
+  const int first = runner ? 2 : 1;
+  const char* fd_option = runner ? "--channel-fd" : "--protocol-fd";
+  if (argc >= first + 2 && (argc - first) % 2 == 0 && std::strcmp(argv[first], fd_option) == 0) {
     std::vector<std::string> prewarm_paths;
-    for (int i = 3; i + 1 < argc; i += 2) {
+    for (int i = first + 2; i + 1 < argc; i += 2) {
       if (std::strcmp(argv[i], "--prewarm") != 0) {
         std::fprintf(stderr, "keval-worker: unknown option '%s'\n", argv[i]);
         return 2;
       }
       prewarm_paths.emplace_back(argv[i + 1]);
     }
-    return serve_one_job(std::stoi(argv[2]), prewarm_paths);
+    const int fd = std::stoi(argv[first + 1]);
+    if (runner)
+      return keval::worker::run_runner(fd, prewarm_paths);
+    keval::worker::isolation::end_descendants_on_sigterm(); // before any thread starts
+    return serve_one_job(fd, prewarm_paths);
   }
   std::fprintf(
       stderr,
       "keval-worker %s: runs one keval job; started by keval, not by hand.\n"
       "usage: keval-worker --protocol-fd FD [--prewarm PLUGIN.so]... | --describe PLUGIN.so... "
-      "| --devices\n",
+      "| --devices | --runner --channel-fd FD [--prewarm PLUGIN.so]...\n",
       keval::kVersion);
   return 2;
 }

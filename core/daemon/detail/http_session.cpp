@@ -75,8 +75,9 @@ class HttpSession final : public HttpSessionBase,
                           public std::enable_shared_from_this<HttpSession<Protocol>> {
 public:
   HttpSession(typename Protocol::socket socket, Api& api, SessionTracker& tracker,
-              const HttpSettings& settings)
-      : stream_(std::move(socket)), api_(api), tracker_(tracker), settings_(settings) {}
+              const HttpSettings& settings, std::string refusal)
+      : stream_(std::move(socket)), api_(api), tracker_(tracker), settings_(settings),
+        refusal_(std::move(refusal)) {}
 
   ~HttpSession() override { tracker_.remove(this); }
 
@@ -142,6 +143,8 @@ private:
       return write(api_.malformed_http(ec.message()));
     if (ec)
       return close();
+    if (!refusal_.empty())
+      return write(api_.forbidden_peer(refusal_));
     stream_.expires_never(); // a synchronous job takes its own time; it has its own timeout
     api_.handle(parser_->release(), [self = this->shared_from_this()](HttpResponse response) {
       asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
@@ -180,6 +183,7 @@ private:
   Api& api_;
   SessionTracker& tracker_;
   const HttpSettings& settings_;
+  const std::string refusal_; // non-empty: every request is answered 403 with it
   bool reading_ = false;
   bool stopping_ = false;
 };
@@ -188,14 +192,16 @@ private:
 
 template <class Protocol>
 void start_http_session(typename Protocol::socket socket, Api& api, SessionTracker& tracker,
-                        const HttpSettings& settings) {
-  std::make_shared<HttpSession<Protocol>>(std::move(socket), api, tracker, settings)->run();
+                        const HttpSettings& settings, std::string refusal) {
+  std::make_shared<HttpSession<Protocol>>(std::move(socket), api, tracker, settings,
+                                          std::move(refusal))
+      ->run();
 }
 
 template void start_http_session<asio::local::stream_protocol>(asio::local::stream_protocol::socket,
                                                                Api&, SessionTracker&,
-                                                               const HttpSettings&);
+                                                               const HttpSettings&, std::string);
 template void start_http_session<asio::ip::tcp>(asio::ip::tcp::socket, Api&, SessionTracker&,
-                                                const HttpSettings&);
+                                                const HttpSettings&, std::string);
 
 } // namespace keval::daemon::detail

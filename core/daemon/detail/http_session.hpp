@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 namespace keval::daemon::detail {
@@ -47,9 +48,10 @@ private:
 };
 
 // Starts serving `socket` (whose executor should be a strand). `api`, `tracker` and `settings`
-// must outlive the session.
+// must outlive the session. With a `refusal`, the request is read and answered 403 with it
+// (Api::forbidden_peer), and the connection closed.
 template <class Protocol>
 void start_http_session(typename Protocol::socket socket, Api& api, SessionTracker& tracker,
-                        const HttpSettings& settings);
+                        const HttpSettings& settings, std::string refusal = {});
 
 } // namespace keval::daemon::detail

@@ -1,5 +1,5 @@
 // Accepts connections on a bound, listening acceptor and starts an HTTP session for each, on a
-// strand of its own.
+// strand of its own; refuses those that come from jobs.
 #pragma once
 
 #include "daemon/detail/http_session.hpp"
@@ -17,8 +17,14 @@ public:
   virtual void stop() = 0;
 };
 
+// Opens `acceptor` on a close-on-exec socket (Asio's open leaves it inheritable: every worker
+// would hold the daemon's listening socket). Throws boost::system::system_error.
+template <class Protocol>
+void open_acceptor(typename Protocol::acceptor& acceptor, const Protocol& protocol);
+
 // `acceptor` must be open and listening, and use a strand of `ioc`: stop() closes it from another
-// thread. Accepting begins at once.
+// thread. Accepting begins at once; connections are close-on-exec, and one on a Unix socket from
+// a job's process (peer_check.hpp) is answered 403 whatever it asks.
 template <class Protocol>
 std::shared_ptr<Listener> start_listener(boost::asio::io_context& ioc,
                                          typename Protocol::acceptor acceptor, Api& api,

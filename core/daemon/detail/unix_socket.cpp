@@ -1,5 +1,7 @@
 #include "daemon/detail/unix_socket.hpp"
 
+#include "daemon/detail/listener.hpp"
+
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -70,7 +72,7 @@ SocketFile bind_unix_socket(local::acceptor& acceptor, const fs::path& path,
     fs::create_directories(path.parent_path());
 
   const mode_t mode = group ? 0660 : 0600;
-  acceptor.open(local());
+  open_acceptor(acceptor, local());
   {
     // The file is created by bind with the umask's mode: make it private from the first instant
     // rather than chmod-ing a socket that others could already have connected to.

@@ -8,6 +8,7 @@
 #include "worker/cuda/detail/cuda_timer.hpp"
 #include "worker/cuda/detail/device_session.hpp"
 #include "worker/cuda/detail/device_view.hpp"
+#include "worker/engine/detail/shared_host_memory.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -49,26 +50,43 @@ std::string cuda_version_text(int version) {
 
 class CudaTensor final : public Tensor {
 public:
+  // Private memory (cuMemAlloc).
   CudaTensor(DType dtype, std::vector<int64_t> shape, int ordinal)
       : Tensor(dtype, shape), dl_shape_(std::move(shape)),
-        memory_(checked_nbytes(dtype, dl_shape_)) {
-    view_.data = reinterpret_cast<void*>(memory_.address());
+        nbytes_(checked_nbytes(dtype, dl_shape_)), memory_(nbytes_) {
+    init_view(memory_.address(), ordinal);
+  }
+  // Memory shared with another process: `shared` holds at least the tensor's bytes.
+  CudaTensor(DType dtype, std::vector<int64_t> shape, int ordinal,
+             detail::SharedDeviceMemory shared)
+      : Tensor(dtype, shape), dl_shape_(std::move(shape)),
+        nbytes_(checked_nbytes(dtype, dl_shape_)), shared_(std::move(shared)) {
+    init_view(shared_->address(), ordinal);
+  }
+
+  keval_dl_tensor& dl() const override { return view_; }
+  int shared_fd() const override { return shared_ ? shared_->fd() : -1; }
+  uint64_t shared_bytes() const override { return shared_ ? shared_->bytes() : 0; }
+  bool is_shared() const override { return shared_.has_value(); }
+  CUdeviceptr address() const { return reinterpret_cast<CUdeviceptr>(view_.data); }
+  size_t nbytes() const { return nbytes_; }
+  uint64_t numel() const { return nbytes_ / request::dtype_size(dtype()); }
+
+private:
+  void init_view(CUdeviceptr address, int ordinal) {
+    view_.data = reinterpret_cast<void*>(address);
     view_.device = {KEVAL_DEVICE_CUDA, ordinal};
     view_.ndim = static_cast<int32_t>(dl_shape_.size());
-    view_.dtype = tensor::to_dl(dtype);
+    view_.dtype = tensor::to_dl(dtype());
     view_.shape = dl_shape_.data();
     view_.strides = nullptr;
     view_.byte_offset = 0;
   }
 
-  keval_dl_tensor& dl() const override { return view_; }
-  CUdeviceptr address() const { return memory_.address(); }
-  size_t nbytes() const { return memory_.bytes(); }
-  uint64_t numel() const { return memory_.bytes() / request::dtype_size(dtype()); }
-
-private:
   std::vector<int64_t> dl_shape_; // the view points into it
+  size_t nbytes_;
   DeviceMemory memory_;
+  std::optional<detail::SharedDeviceMemory> shared_;
   mutable keval_dl_tensor view_{};
 };
 
@@ -142,10 +160,28 @@ public:
 
   keval_dl_device device() const override { return {KEVAL_DEVICE_CUDA, session_.ordinal()}; }
   void* stream() const override { return session_.stream(); }
+  void use_on_this_thread() override { session_.make_current(); }
   boost::json::object describe() const override { return description_; }
 
-  std::unique_ptr<Tensor> allocate(DType dtype, const std::vector<int64_t>& shape) override {
-    return allocate_tensor(dtype, shape);
+  std::unique_ptr<Tensor> allocate(DType dtype, const std::vector<int64_t>& shape,
+                                   Sharing sharing) override {
+    return allocate_tensor(dtype, shape, sharing);
+  }
+
+  std::unique_ptr<Tensor> open_shared(SharedTensorHandle handle) override {
+    session_.throw_if_faulted();
+    const size_t bytes = detail::checked_shared_bytes(handle);
+    if (bytes == 0)
+      return allocate_tensor(handle.dtype, handle.shape, Sharing::private_memory);
+    return std::make_unique<CudaTensor>(
+        handle.dtype, handle.shape, session_.ordinal(),
+        detail::SharedDeviceMemory::open(session_.ordinal(), std::move(handle.fd), handle.bytes));
+  }
+
+  // Mapped, then cloned into private memory; the mapping goes before this returns.
+  std::unique_ptr<Tensor> copy_shared(SharedTensorHandle handle) override {
+    const std::unique_ptr<Tensor> mapped = open_shared(std::move(handle));
+    return clone(mapped->dl(), Sharing::private_memory);
   }
 
   void fill(Tensor& t, const request::TensorInit& init, uint64_t seed) override {
@@ -188,18 +224,18 @@ public:
   // Host sources (a plugin may hand out CPU tensors) are copied up; device sources are copied on
   // the device, strided ones through the gather kernel. Returns once the copy is complete, so the
   // source may be released right away.
-  std::unique_ptr<Tensor> clone(const keval_dl_tensor& source) override {
+  std::unique_ptr<Tensor> clone(const keval_dl_tensor& source, Sharing sharing) override {
     session_.throw_if_faulted();
     if (source.device.device_type == KEVAL_DEVICE_CPU) {
       const tensor::HostTensor host = tensor::HostTensor::copy_of(source);
-      auto copy = allocate_tensor(host.dtype(), host.shape());
+      auto copy = allocate_tensor(host.dtype(), host.shape(), sharing);
       session_.copy_from_host(copy->address(), host.data(), host.nbytes());
       return copy;
     }
     const DeviceView view = detail::make_device_view(source, session_.ordinal(), "clone");
     const DType dtype = *tensor::from_dl(source.dtype); // make_device_view checked it
-    auto copy =
-        allocate_tensor(dtype, std::vector<int64_t>(source.shape, source.shape + source.ndim));
+    auto copy = allocate_tensor(
+        dtype, std::vector<int64_t>(source.shape, source.shape + source.ndim), sharing);
     if (copy->numel() == 0)
       return copy;
     if (view.dense)
@@ -314,9 +350,14 @@ public:
   }
 
 private:
-  std::unique_ptr<CudaTensor> allocate_tensor(DType dtype, const std::vector<int64_t>& shape) {
+  std::unique_ptr<CudaTensor> allocate_tensor(DType dtype, const std::vector<int64_t>& shape,
+                                              Sharing sharing) {
     session_.throw_if_faulted();
     try {
+      if (sharing == Sharing::shared && checked_nbytes(dtype, shape) > 0)
+        return std::make_unique<CudaTensor>(
+            dtype, shape, session_.ordinal(),
+            detail::SharedDeviceMemory::create(session_.ordinal(), checked_nbytes(dtype, shape)));
       return std::make_unique<CudaTensor>(dtype, shape, session_.ordinal());
     } catch (const cuda::CudaError& error) {
       session_.check_context(error.code(), "cuMemAlloc"); // a fault that surfaced here
@@ -329,7 +370,7 @@ private:
                          const char* what) {
     if (view.device.device_type != KEVAL_DEVICE_CPU)
       return detail::make_device_view(view, session_.ordinal(), what);
-    staged = clone(view);
+    staged = clone(view, Sharing::private_memory);
     return detail::make_device_view(staged->dl(), session_.ordinal(), what);
   }
 

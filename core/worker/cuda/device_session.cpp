@@ -4,7 +4,10 @@
 #include "worker/engine/engine.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 #include <utility>
+
+#include <fcntl.h>
 
 namespace keval::worker::detail {
 
@@ -99,7 +102,108 @@ DeviceMemory::~DeviceMemory() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// SharedDeviceMemory
+
+namespace {
+
+CUmemAllocationProp shareable_prop(int ordinal) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = ordinal;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
+
+} // namespace
+
+size_t SharedDeviceMemory::granularity(int ordinal) {
+  const CUmemAllocationProp prop = shareable_prop(ordinal);
+  size_t granularity = 0;
+  cuda::check(
+      api().cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+      "cuMemGetAllocationGranularity");
+  return granularity;
+}
+
+void SharedDeviceMemory::map(int ordinal) {
+  const cuda::DriverApi& d = api();
+  cuda::check(d.cuMemAddressReserve(&address_, bytes_, 0, 0, 0), "cuMemAddressReserve");
+  CUresult mapped = d.cuMemMap(address_, bytes_, 0, handle_, 0);
+  if (mapped != CUDA_SUCCESS) {
+    d.cuMemAddressFree(address_, bytes_);
+    address_ = 0;
+    cuda::check(mapped, "cuMemMap");
+  }
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = ordinal;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  cuda::check(d.cuMemSetAccess(address_, bytes_, &access, 1), "cuMemSetAccess");
+}
+
+SharedDeviceMemory SharedDeviceMemory::create(int ordinal, size_t bytes) {
+  const cuda::DriverApi& d = api();
+  const size_t unit = granularity(ordinal);
+  SharedDeviceMemory memory;
+  memory.bytes_ = (std::max<size_t>(bytes, 1) + unit - 1) / unit * unit;
+  const CUmemAllocationProp prop = shareable_prop(ordinal);
+  cuda::check(d.cuMemCreate(&memory.handle_, memory.bytes_, &prop, 0),
+              ("cuMemCreate of " + std::to_string(memory.bytes_) + " bytes").c_str());
+  memory.map(ordinal);
+  int fd = -1;
+  cuda::check(d.cuMemExportToShareableHandle(&fd, memory.handle_,
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+              "cuMemExportToShareableHandle");
+  memory.fd_.reset(fd);
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC); // never inherited by a process this one starts
+  return memory;
+}
+
+SharedDeviceMemory SharedDeviceMemory::open(int ordinal, UniqueFd fd, size_t bytes) {
+  const cuda::DriverApi& d = api();
+  const size_t unit = granularity(ordinal);
+  if (bytes == 0 || bytes % unit != 0)
+    throw std::invalid_argument("a shared device tensor was announced with " +
+                                std::to_string(bytes) + " bytes, not a multiple of " +
+                                std::to_string(unit));
+  SharedDeviceMemory memory;
+  memory.bytes_ = bytes;
+  const CUresult imported = d.cuMemImportFromShareableHandle(
+      &memory.handle_, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())),
+      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (imported != CUDA_SUCCESS)
+    throw std::invalid_argument("a shared device tensor's descriptor could not be imported: " +
+                                cuda::error_text(imported));
+  try {
+    memory.map(ordinal); // fails when the allocation is smaller than announced
+  } catch (const cuda::CudaError& error) {
+    throw std::invalid_argument(std::string("a shared device tensor could not be mapped: ") +
+                                error.what());
+  }
+  return memory; // the import holds the allocation; the descriptor closes here
+}
+
+SharedDeviceMemory::SharedDeviceMemory(SharedDeviceMemory&& other) noexcept
+    : handle_(std::exchange(other.handle_, 0)), address_(std::exchange(other.address_, 0)),
+      bytes_(std::exchange(other.bytes_, 0)), fd_(std::move(other.fd_)) {}
+
+SharedDeviceMemory::~SharedDeviceMemory() {
+  const cuda::DriverApi& d = api();
+  if (address_ != 0) { // these fail only on a lost context, whose memory is gone anyway
+    d.cuMemUnmap(address_, bytes_);
+    d.cuMemAddressFree(address_, bytes_);
+  }
+  if (handle_ != 0)
+    d.cuMemRelease(handle_);
+}
+
+// ---------------------------------------------------------------------------------------------
 // DeviceSession
+
+void DeviceSession::make_current() const {
+  cuda::check(api().cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+}
 
 DeviceSession::DeviceSession(int ordinal) : ordinal_(ordinal) {
   const cuda::DriverApi& d = api();

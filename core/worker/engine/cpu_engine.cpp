@@ -1,8 +1,10 @@
 #include "worker/engine/engine.hpp"
 
+#include "tensor/dtype.hpp"
 #include "tensor/generate.hpp"
 #include "tensor/host_tensor.hpp"
 #include "tensor/poison.hpp"
+#include "worker/engine/detail/shared_host_memory.hpp"
 
 #include <chrono>
 #include <cstring>
@@ -22,6 +24,40 @@ public:
 private:
   mutable tensor::HostTensor host_;
 };
+
+// A tensor in a memfd that another process maps too. The view is compact row-major.
+class CpuSharedTensor final : public Tensor {
+public:
+  CpuSharedTensor(request::DType dtype, std::vector<int64_t> shape, detail::SharedHostMemory memory)
+      : Tensor(dtype, shape), dl_shape_(std::move(shape)), memory_(std::move(memory)) {
+    view_.data = memory_.data();
+    view_.device = {KEVAL_DEVICE_CPU, 0};
+    view_.ndim = static_cast<int32_t>(dl_shape_.size());
+    view_.dtype = tensor::to_dl(dtype);
+    view_.shape = dl_shape_.data();
+  }
+  keval_dl_tensor& dl() const override { return view_; }
+  int shared_fd() const override { return memory_.fd(); }
+  uint64_t shared_bytes() const override { return memory_.bytes(); }
+  bool is_shared() const override { return true; }
+  size_t nbytes() const { return memory_.bytes(); }
+
+private:
+  std::vector<int64_t> dl_shape_; // the view points into it
+  detail::SharedHostMemory memory_;
+  mutable keval_dl_tensor view_{};
+};
+
+size_t compact_bytes(request::DType dtype, const std::vector<int64_t>& shape) {
+  size_t bytes = request::dtype_size(dtype);
+  for (int64_t extent : shape) {
+    if (extent < 0)
+      throw std::invalid_argument("allocate: negative dimension " + std::to_string(extent));
+    if (__builtin_mul_overflow(bytes, static_cast<size_t>(extent), &bytes))
+      throw std::invalid_argument("allocate: tensor size overflows");
+  }
+  return bytes;
+}
 
 // CPU kernels run synchronously inside launch(): the wall clock around it is the kernel's time.
 class WallClockTimer final : public Timer {
@@ -56,28 +92,64 @@ public:
     return o;
   }
 
-  std::unique_ptr<Tensor> allocate(request::DType dtype,
-                                   const std::vector<int64_t>& shape) override {
+  std::unique_ptr<Tensor> allocate(request::DType dtype, const std::vector<int64_t>& shape,
+                                   Sharing sharing) override {
+    if (sharing == Sharing::shared)
+      return std::make_unique<CpuSharedTensor>(
+          dtype, shape, detail::SharedHostMemory::create(compact_bytes(dtype, shape)));
     return std::make_unique<CpuTensor>(tensor::HostTensor::empty(dtype, shape));
   }
 
   void fill(Tensor& t, const request::TensorInit& init, uint64_t seed) override {
-    tensor::fill(as_cpu(t).host(), init, seed);
+    if (!t.is_shared())
+      return tensor::fill(as_cpu(t).host(), init, seed);
+    tensor::HostTensor values = tensor::HostTensor::empty(t.dtype(), t.shape());
+    tensor::fill(values, init, seed);
+    if (values.nbytes() > 0)
+      std::memcpy(t.dl().data, values.data(), values.nbytes());
   }
 
   void upload(Tensor& t, const std::vector<uint8_t>& bytes) override {
-    auto& host = as_cpu(t).host();
-    if (bytes.size() != host.nbytes())
+    const size_t nbytes = compact_bytes(t.dtype(), t.shape());
+    if (bytes.size() != nbytes)
       throw std::invalid_argument("upload of " + std::to_string(bytes.size()) +
-                                  " bytes into a tensor of " + std::to_string(host.nbytes()));
-    std::memcpy(host.dl().data, bytes.data(), bytes.size());
+                                  " bytes into a tensor of " + std::to_string(nbytes));
+    if (!bytes.empty())
+      std::memcpy(t.dl().data, bytes.data(), bytes.size());
   }
 
-  std::unique_ptr<Tensor> clone(const keval_dl_tensor& source) override {
-    return std::make_unique<CpuTensor>(tensor::HostTensor::copy_of(source));
+  std::unique_ptr<Tensor> clone(const keval_dl_tensor& source, Sharing sharing) override {
+    tensor::HostTensor copy = tensor::HostTensor::copy_of(source);
+    if (sharing == Sharing::private_memory)
+      return std::make_unique<CpuTensor>(std::move(copy));
+    auto shared = allocate(copy.dtype(), copy.shape(), Sharing::shared);
+    if (copy.nbytes() > 0)
+      std::memcpy(shared->dl().data, copy.data(), copy.nbytes());
+    return shared;
   }
 
-  void poison(Tensor& t) override { tensor::poison(as_cpu(t).host()); }
+  std::unique_ptr<Tensor> open_shared(SharedTensorHandle handle) override {
+    const size_t bytes = detail::checked_shared_bytes(handle);
+    if (!handle.fd)
+      return allocate(handle.dtype, handle.shape, Sharing::private_memory);
+    return std::make_unique<CpuSharedTensor>(
+        handle.dtype, handle.shape, detail::SharedHostMemory::open(std::move(handle.fd), bytes));
+  }
+
+  std::unique_ptr<Tensor> copy_shared(SharedTensorHandle handle) override {
+    const size_t bytes = detail::checked_shared_bytes(handle);
+    tensor::HostTensor copy = tensor::HostTensor::empty(handle.dtype, handle.shape);
+    if (bytes > 0)
+      detail::read_shared(handle.fd.get(), copy.data(), bytes);
+    return std::make_unique<CpuTensor>(std::move(copy));
+  }
+
+  // Fills the tensor's bytes with tensor::poison's pattern, whichever memory holds them.
+  void poison(Tensor& t) override {
+    if (!t.is_shared())
+      return tensor::poison(as_cpu(t).host());
+    tensor::poison(t.dl());
+  }
 
   tensor::Comparison compare(const keval_dl_tensor& expected, const keval_dl_tensor& actual,
                              const request::Tolerance& tolerance) override {

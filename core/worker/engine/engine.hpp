@@ -3,6 +3,7 @@
 // written against this interface once; the CPU engine (here) and the CUDA engine implement it.
 #pragma once
 
+#include "common/unique_fd.hpp"
 #include "request/model.hpp"
 #include "tensor/compare.hpp"
 
@@ -25,6 +26,22 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+// Who may see a tensor's memory. The trusted worker and the processes that run user code share
+// nothing but the tensors it hands them: each of those is allocated `shared` and crosses as a
+// descriptor (a sealed memfd on the CPU, a CUDA POSIX-fd allocation handle on a GPU), so a
+// process can reach exactly the buffers it was given and no other memory of the job.
+enum class Sharing { private_memory, shared };
+
+// A tensor another process shared: its descriptor (empty for a tensor of no bytes), how many bytes
+// it was exported with, and what it holds. Comes from a peer, so nothing in it is trusted: the
+// engines check the descriptor against the dtype and shape before using it.
+struct SharedTensorHandle {
+  UniqueFd fd;
+  uint64_t bytes = 0;
+  request::DType dtype = request::DType::f32;
+  std::vector<int64_t> shape;
+};
+
 // A tensor living on the engine's device. `dl()` stays valid for the tensor's lifetime; it is a
 // handle (pointers to the data), so a const Tensor still hands out a mutable view.
 class Tensor {
@@ -33,6 +50,11 @@ public:
   virtual keval_dl_tensor& dl() const = 0;
   request::DType dtype() const { return dtype_; }
   const std::vector<int64_t>& shape() const { return shape_; }
+  // For Sharing::shared tensors: the descriptor that shares the memory (owned by the tensor; -1
+  // for a tensor of no bytes) and the exported size. -1 and 0 for private tensors.
+  virtual int shared_fd() const { return -1; }
+  virtual uint64_t shared_bytes() const { return 0; }
+  virtual bool is_shared() const { return false; }
 
 protected:
   Tensor(request::DType dtype, std::vector<int64_t> shape)
@@ -58,17 +80,27 @@ public:
   virtual ~Engine() = default;
 
   virtual keval_dl_device device() const = 0;
+  // For an engine opened on another thread: makes its device context current on this one, which
+  // then uses it. (Nothing to do on the CPU.)
+  virtual void use_on_this_thread() {}
   // The stream kernels are enqueued on and timed (NULL on the CPU).
   virtual void* stream() const = 0;
   // Identity for the result metadata (device name, architecture, memory, versions, ...).
   virtual boost::json::object describe() const = 0;
 
-  virtual std::unique_ptr<Tensor> allocate(request::DType dtype,
-                                           const std::vector<int64_t>& shape) = 0;
+  virtual std::unique_ptr<Tensor> allocate(request::DType dtype, const std::vector<int64_t>& shape,
+                                           Sharing sharing = Sharing::private_memory) = 0;
   virtual void fill(Tensor& tensor, const request::TensorInit& init, uint64_t seed) = 0;
   virtual void upload(Tensor& tensor, const std::vector<uint8_t>& bytes) = 0;
   // Copies a contiguous clone of `source` (same dtype and shape) into a new tensor.
-  virtual std::unique_ptr<Tensor> clone(const keval_dl_tensor& source) = 0;
+  virtual std::unique_ptr<Tensor> clone(const keval_dl_tensor& source,
+                                        Sharing sharing = Sharing::private_memory) = 0;
+  // Maps a tensor another process shared: both see each other's writes. Throws
+  // std::invalid_argument when the descriptor does not hold the dtype and shape it claims.
+  virtual std::unique_ptr<Tensor> open_shared(SharedTensorHandle handle) = 0;
+  // A private copy of what a tensor another process shared holds now: out of that process's reach
+  // from the moment this returns. Throws std::invalid_argument like open_shared.
+  virtual std::unique_ptr<Tensor> copy_shared(SharedTensorHandle handle) = 0;
   virtual void poison(Tensor& tensor) = 0;
   virtual tensor::Comparison compare(const keval_dl_tensor& expected, const keval_dl_tensor& actual,
                                      const request::Tolerance& tolerance) = 0;

@@ -1,7 +1,7 @@
 #include "worker/pipeline/arguments.hpp"
 
 #include "tensor/generate.hpp"
-#include "worker/pipeline/plugin_loader.hpp"
+#include "worker/runner/detail/wire.hpp"
 
 #include <functional>
 
@@ -58,28 +58,9 @@ InputSet InputSet::from_contracts(Engine& engine,
   return set;
 }
 
-InputSet InputSet::from_plugin(Engine& engine, const keval_plugin_api& api, keval_kernel* kernel,
-                               uint64_t seed) {
-  std::vector<keval_dl_managed_tensor*> produced(256, nullptr);
-  size_t count = 0;
-  keval_default_inputs_args args{};
-  args.struct_size = sizeof args;
-  args.device = engine.device();
-  args.stream = engine.stream();
-  args.seed = seed;
-  args.inputs = produced.data();
-  args.max_inputs = produced.size();
-  args.num_inputs = &count;
-  PluginError error(api, api.default_inputs(kernel, &args));
-  std::vector<ManagedTensor> owned;
-  for (size_t i = 0; i < count && i < produced.size(); ++i)
-    owned.emplace_back(produced[i]);
-  if (error)
-    throw PluginCallError(error_code_name(error.code()),
-                          "producing default inputs failed: " + error.message(), error.details());
+InputSet InputSet::from_tensors(std::vector<std::unique_ptr<Tensor>> tensors) {
   InputSet set;
-  for (auto& t : owned)
-    set.defaults_.push_back(engine.clone(t->dl_tensor));
+  set.defaults_ = std::move(tensors);
   return set;
 }
 
@@ -91,13 +72,13 @@ const Tensor* InputSet::contract_input(const request::IOContract* contract, size
 }
 
 ArgumentBinder::ArgumentBinder(Engine& engine, const request::IOContract* contract,
-                               bool own_contract, const InputSet& inputs) {
+                               bool own_contract, const InputSet& inputs, Sharing sharing) {
   if (contract == nullptr) {
     for (size_t i = 0; i < inputs.defaults().size(); ++i) {
       Bound b;
       b.name = "input" + std::to_string(i);
       b.pristine = inputs.defaults()[i].get();
-      b.tensor = engine.clone(b.pristine->dl());
+      b.tensor = engine.clone(b.pristine->dl(), sharing);
       bound_.push_back(std::move(b));
     }
   } else {
@@ -111,12 +92,12 @@ ArgumentBinder::ArgumentBinder(Engine& engine, const request::IOContract* contra
       b.role = own_contract ? arg.role : request::Role::input;
       if (is_tensor) {
         if (arg.role == request::Role::output) {
-          b.tensor = engine.allocate(arg.tensor_spec->dtype, arg.tensor_spec->shape);
+          b.tensor = engine.allocate(arg.tensor_spec->dtype, arg.tensor_spec->shape, sharing);
         } else {
           b.pristine = inputs.contract_input(contract, i);
           if (b.pristine == nullptr)
             throw std::logic_error("no materialised input for argument '" + arg.name + "'");
-          b.tensor = engine.clone(b.pristine->dl());
+          b.tensor = engine.clone(b.pristine->dl(), sharing);
         }
       } else if (arg.type == request::ArgType::str) {
         b.str_value = boost::json::value_to<std::string>(arg.value);
@@ -167,6 +148,35 @@ ArgumentBinder::ArgumentBinder(Engine& engine, const request::IOContract* contra
     }
     args_.push_back(a);
   }
+}
+
+boost::json::array ArgumentBinder::describe(std::vector<int>& fds) const {
+  boost::json::array out;
+  for (size_t i = 0; i < args_.size(); ++i) {
+    const keval_arg& a = args_[i];
+    boost::json::object d;
+    d["name"] = a.name;
+    d["kind"] = a.kind;
+    d["role"] = a.role;
+    d["is_meta"] = a.is_meta != 0;
+    switch (a.kind) {
+    case KEVAL_ARG_TENSOR:
+      d["tensor"] = detail::describe_shared(*bound_[i].tensor, fds);
+      break;
+    case KEVAL_ARG_INT:
+    case KEVAL_ARG_BOOL:
+      d["int_value"] = a.int_value;
+      break;
+    case KEVAL_ARG_FLOAT:
+      d["float_value"] = a.float_value;
+      break;
+    case KEVAL_ARG_STR:
+      d["str_value"] = a.str_value;
+      break;
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
 }
 
 void ArgumentBinder::poison_outputs(Engine& engine) {

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <boost/json/array.hpp>
+
 namespace keval::worker {
 
 // Owns a tensor a plugin handed over; releases it through its deleter.
@@ -43,10 +45,8 @@ public:
   static InputSet from_contracts(Engine& engine,
                                  const std::vector<const request::IOContract*>& contracts,
                                  uint64_t trial, uint64_t job_seed);
-  // Asks a KEVAL_CAP_DEFAULT_INPUTS plugin for inputs (KernelBench's get_inputs). Throws
-  // PluginCallError.
-  static InputSet from_plugin(Engine& engine, const keval_plugin_api& api, keval_kernel* kernel,
-                              uint64_t seed);
+  // A kernel's own default inputs (KernelBench's get_inputs), already private copies.
+  static InputSet from_tensors(std::vector<std::unique_ptr<Tensor>> tensors);
 
   // The pristine tensor for argument `index` of `contract`, or nullptr (not an input tensor).
   const Tensor* contract_input(const request::IOContract* contract, size_t index) const;
@@ -66,10 +66,15 @@ class ArgumentBinder {
 public:
   // `contract` may be nullptr (default-input mode). When `own_contract` is false the side
   // borrows another side's contract and receives only its inputs (no outputs, no meta args).
+  // The side's tensors are allocated with `sharing`: Sharing::shared when a runner process is
+  // handed them.
   ArgumentBinder(Engine& engine, const request::IOContract* contract, bool own_contract,
-                 const InputSet& inputs);
+                 const InputSet& inputs, Sharing sharing = Sharing::private_memory);
 
   const std::vector<keval_arg>& args() const { return args_; }
+  // The arguments as the runner channel describes them; the shared tensors' descriptors are
+  // appended to `fds` in argument order.
+  boost::json::array describe(std::vector<int>& fds) const;
   void poison_outputs(Engine& engine);
   // Output and inout tensors, in contract order.
   std::vector<const keval_dl_tensor*> output_views();
@@ -88,12 +93,10 @@ private:
   std::vector<keval_arg> args_;
 };
 
-// The outputs of one launch: views into the binder's output arguments (the binder is kept
-// alive here when the launch owns it), or tensors the plugin returned (owned here).
+// The outputs of one launch: private copies, out of the reach of the process that made them.
 struct Launched {
-  std::unique_ptr<ArgumentBinder> binder;
-  std::vector<ManagedTensor> owned;
-  std::vector<const keval_dl_tensor*> outputs;
+  std::vector<std::unique_ptr<Tensor>> copies;
+  std::vector<const keval_dl_tensor*> outputs; // views of `copies`
 };
 
 } // namespace keval::worker

@@ -1,20 +1,27 @@
 #include "worker/pipeline/pipeline.hpp"
 
-#include "protocol/messages.hpp"
+#include "protocol/job_contract.hpp"
 #include "request/parse.hpp"
 #include "tensor/generate.hpp"
 #include "tensor/stats.hpp"
 #include "worker/engine/engine.hpp"
+#include "worker/isolation/isolation.hpp"
 #include "worker/pipeline/arguments.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
+#include "worker/runner/detail/wire.hpp"
+#include "worker/runner/runner_client.hpp"
+#include "worker/runner/runner_protocol.hpp"
 
 #ifdef KEVAL_HAVE_CUDA
 #include "worker/cuda/cuda_engine.hpp"
+#include "worker/cuda/engine_opener.hpp"
 #endif
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <future>
 #include <optional>
 #include <type_traits>
 
@@ -36,83 +43,149 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-json::object error_json(const std::string& type, const std::string& message,
-                        const std::string& details = {}) {
-  json::object e;
-  e["type"] = type;
-  e["message"] = message;
-  if (!details.empty())
-    e["details"] = details;
-  return e;
+protocol::ErrorInfo error_json(const std::string& type, const std::string& message,
+                               const std::string& details = {}) {
+  return {type, message, details};
 }
+
+// The error type of a side whose process died, closed its channel, or answered out of turn.
+constexpr const char* kProcessFailed = "process_failed";
 
 // A kernel failure while validating or profiling: the kernel's fault, reported as a result.
 struct KernelFailure {
   std::string side;
-  json::object error;
+  protocol::ErrorInfo error;
 };
 
-// One side of the job: the custom kernel, or the reference of a compare.
+// One side of the job: the custom kernel, or the reference of a compare. Its plugin and user
+// code live in its runner process; here is only what the trusted worker knows of it.
 struct Side {
   std::string name; // "custom" or "ref"
   const request::KernelCode* code = nullptr;
-  LoadedPlugin* plugin = nullptr;
-  keval_kernel* kernel = nullptr;
-  json::value info;
+  std::unique_ptr<RunnerClient> runner;
+  std::filesystem::path plugin_path;
+  uint32_t capabilities = 0; // the plugin's manifest, as the runner read it before any user code
+  json::object isolation;    // the layers the runner applied to itself, from its hello
+  bool compiled = false;
 
-  ~Side() {
-    if (kernel != nullptr)
-      plugin->api().kernel_destroy(kernel);
+  bool has(uint32_t capability) const { return (capabilities & capability) != 0; }
+  bool returns_outputs() const { return has(KEVAL_CAP_RETURNS_OUTPUTS); }
+};
+
+// A side's launch arguments: the trusted worker's shared tensors, handed to the side's runner
+// under a binding number. Unbound (the runner drops its mappings) when this goes.
+struct RemoteBinding {
+  Side* side = nullptr;
+  std::unique_ptr<ArgumentBinder> binder;
+  int64_t id = 0;
+
+  RemoteBinding() = default;
+  RemoteBinding(RemoteBinding&& other) noexcept
+      : side(other.side), binder(std::move(other.binder)), id(std::exchange(other.id, 0)) {}
+  RemoteBinding& operator=(RemoteBinding&&) = delete;
+  ~RemoteBinding() {
+    if (side != nullptr && id != 0) {
+      json::object unbind;
+      unbind["type"] = runner_msg::kUnbind;
+      unbind["binding"] = id;
+      side->runner->post(std::move(unbind));
+    }
   }
-  bool returns_outputs() const { return plugin->has(KEVAL_CAP_RETURNS_OUTPUTS); }
 };
 
 class Pipeline {
 public:
-  Pipeline(protocol::BlockingChannel& channel, const JobSpec& job)
-      : channel_(channel), job_(job), request_(job.request) {}
+  Pipeline(protocol::BlockingChannel& channel, const JobSpec& job, RunnerSource& runners)
+      : channel_(channel), job_(job), request_(job.request), runners_(runners) {}
 
   void run() {
-    load_plugins();
-    if (needs_cuda())
-      probe_cuda_once();
-    if (!compile_all()) {
-      finish();
-      return;
+    try {
+      run_steps();
+    } catch (...) {
+      stop_runners();
+      throw;
     }
-    engine_ = acquire_device();
-    if (!engine_) {
-      finish();
-      return;
-    }
-    if (bind_all() && validate())
-      profile();
+    stop_runners();
     finish();
   }
 
 private:
+  void run_steps() {
+#ifdef KEVAL_HAVE_CUDA
+    // Loading and initialising the driver (a good part of a second) runs while the runners start;
+    // only a job that needs CUDA waits for it.
+    cuda_probe_ = std::async(std::launch::async, probe_cuda);
+#endif
+    start_runners();
+    if (needs_cuda()) {
+      probe_cuda_once();
+#ifdef KEVAL_HAVE_CUDA
+      if (cuda_usable_)
+        opener_.start(); // this process's device, opened while the sides compile
+#endif
+    }
+    if (!compile_all())
+      return;
+    if (!acquire_device())
+      return;
+    // The runners open their contexts and bind while this process opens its own: side by side.
+    const std::vector<int64_t> binding = send_binds();
+    engine_ = open_engine();
+    if (!engine_ || !finish_binds(binding))
+      return;
+    if (validate())
+      profile();
+  }
+
+  // Every process the job started ends before the host hears `done`: the runners, and whatever
+  // their user code left behind (setsid, double forks), which was reparented to us.
+  void stop_runners() {
+    for (auto& side : sides_)
+      if (side->runner)
+        side->runner->stop();
+    isolation::kill_descendants();
+  }
   // ---------------------------------------------------------------------------------------
   // Plugins and compilation (before any device is held)
 
-  void load_plugins() {
+  // One runner per side, each told which plugin to load. The manifest it answers with was read
+  // before any user code ran in it, so the capabilities can be believed.
+  void start_runners() {
     for (const auto* code : {request_.ref ? &*request_.ref : nullptr, &request_.kernel}) {
       if (code == nullptr)
         continue;
       auto it = job_.plugins.find(code->kernel_type);
       if (it == job_.plugins.end())
         throw std::runtime_error("job names no plugin for kernel_type '" + code->kernel_type + "'");
-      auto& slot = plugins_[code->kernel_type];
-      if (!slot)
-        slot = std::make_unique<LoadedPlugin>(it->second);
       auto side = std::make_unique<Side>();
       side->name = code == &request_.kernel ? "custom" : "ref";
       side->code = code;
-      side->plugin = slot.get();
+      side->plugin_path = it->second;
+      side->runner = runners_.take(side->name);
       sides_.push_back(std::move(side));
+    }
+    std::vector<int64_t> pending;
+    for (auto& side : sides_) {
+      side->isolation = runners_.hello_of(*side->runner);
+      json::object load;
+      load["type"] = runner_msg::kLoad;
+      load["plugin"] = side->plugin_path.string();
+      pending.push_back(side->runner->send(std::move(load), "loading its plugin"));
+    }
+    for (size_t i = 0; i < sides_.size(); ++i) {
+      Side& side = *sides_[i];
+      json::object reply = side.runner->reply(runner_msg::kLoad, pending[i], "loading its plugin");
+      if (!RunnerClient::ok(reply))
+        throw std::runtime_error("cannot load plugin " + side.plugin_path.string() + ": " +
+                                 RunnerClient::error_of(reply).message);
+      side.capabilities = static_cast<uint32_t>(
+          reply.at("manifest").as_object().at("capabilities").to_number<uint64_t>());
     }
   }
 
-  Side& custom() { return *sides_.back(); }
+  Side& custom() {
+    return *sides_.back();
+  }
 
   // ---------------------------------------------------------------------------------------
   // CUDA availability: known before compiling, so the target architecture is right and a
@@ -120,14 +193,14 @@ private:
 
   bool needs_cuda() const {
     for (const auto& side : sides_)
-      if (side->plugin->has(KEVAL_CAP_DEVICE_CUDA))
+      if (side->has(KEVAL_CAP_DEVICE_CUDA))
         return true;
     return false;
   }
 
   void probe_cuda_once() {
 #ifdef KEVAL_HAVE_CUDA
-    const CudaAvailability probe = probe_cuda();
+    const CudaAvailability probe = cuda_probe_.valid() ? cuda_probe_.get() : probe_cuda();
     cuda_usable_ = probe.usable;
     cuda_reason_ = probe.reason;
     if (probe.usable && cuda_arch_ == 0)
@@ -141,70 +214,99 @@ private:
     return sides_.size() > 1 ? sides_.front().get() : nullptr;
   }
 
+  // Both sides compile at once, each in its own runner.
   bool compile_all() {
-    json::object result;
-    bool all_ok = true;
+    std::vector<int64_t> pending;
+    std::vector<Clock::time_point> started;
     for (auto& side : sides_) {
-      json::object entry = compile(*side);
-      all_ok = all_ok && entry["ok"].as_bool();
-      result[side->name] = std::move(entry);
+      const auto dir = job_.work_dir / side->name;
+      std::filesystem::create_directories(dir);
+      json::object c;
+      c["type"] = runner_msg::kCompile;
+      c["source_code"] = side->code->source_code;
+      c["metadata"] = json::serialize(side->code->metadata);
+      if (!side->code->io_json.is_null())
+        c["io"] = json::serialize(side->code->io_json);
+      c["work_dir"] = dir.string();
+      c["cuda_arch"] = cuda_arch_;
+      c["side"] = side->name;
+      started.push_back(Clock::now());
+      try {
+        if (needs_companion(*side)) {
+          json::object companion = c;
+          companion["type"] = runner_msg::kCompanion;
+          companion["plugin"] = ref()->plugin_path.string();
+          companion["source_code"] = ref()->code->source_code;
+          companion["metadata"] = json::serialize(ref()->code->metadata);
+          companion.erase("io");
+          if (!ref()->code->io_json.is_null())
+            companion["io"] = json::serialize(ref()->code->io_json);
+          companion["side"] = "ref";
+          companion["work_dir"] = (job_.work_dir / "custom_companion").string();
+          std::filesystem::create_directories(job_.work_dir / "custom_companion");
+          companion_seq_ = side->runner->send(std::move(companion), "compiling");
+        }
+        pending.push_back(side->runner->send(std::move(c), "compiling"));
+      } catch (const RunnerFailure&) {
+        pending.push_back(0); // reported when its reply is read
+      }
     }
-    result["ok"] = all_ok;
-    send_phase(protocol::msg::kPhaseCompiled, std::move(result));
-    return all_ok;
+    protocol::CompileReport report;
+    report.ok = true;
+    for (size_t i = 0; i < sides_.size(); ++i) {
+      Side& side = *sides_[i];
+      protocol::SideCompile entry;
+      entry.kernel_type = side.code->kernel_type;
+      entry.isolation = side.isolation;
+      try {
+        if (needs_companion(side) && companion_seq_ != 0) {
+          json::object companion =
+              side.runner->reply(runner_msg::kCompanion, companion_seq_, "compiling");
+          if (!RunnerClient::ok(companion)) {
+            const RunnerError e = error_of(side, companion);
+            entry.companion_error = error_json(e.type, e.message);
+          }
+        }
+        json::object reply = side.runner->reply(runner_msg::kCompile, pending[i], "compiling");
+        entry.time_ms = ms_since(started[i]);
+        if (RunnerClient::ok(reply)) {
+          side.compiled = true;
+          entry.ok = true;
+          if (const auto* info = reply.if_contains("info"))
+            entry.info = *info;
+        } else {
+          const RunnerError e = error_of(side, reply);
+          entry.error = error_json(e.type, e.message, e.details);
+        }
+      } catch (const RunnerFailure& failure) {
+        entry.time_ms = ms_since(started[i]);
+        entry.error = error_json(kProcessFailed, failure.what());
+      }
+      report.ok = report.ok && side.compiled;
+      (side.name == "ref" ? report.ref : report.custom) = std::move(entry);
+    }
+    send_phase(protocol::Phase::compiled, json::value_from(report));
+    return report.ok;
   }
 
-  json::object compile(Side& side) {
-    const auto start = Clock::now();
-    const std::string metadata = json::serialize(side.code->metadata);
-    const std::string io =
-        side.code->io_json.is_null() ? std::string() : json::serialize(side.code->io_json);
-    const auto dir = job_.work_dir / side.name;
-    std::filesystem::create_directories(dir);
-    const std::string dir_text = dir.string();
-
-    keval_compile_args args{};
-    args.struct_size = sizeof args;
-    args.source_code = side.code->source_code.c_str();
-    args.metadata_json = metadata.c_str();
-    args.io_contract_json = io.empty() ? nullptr : io.c_str();
-    args.work_dir = dir_text.c_str();
-    args.cuda_arch = cuda_arch_;
-    args.side = side.name.c_str();
-    keval_compile_result out{};
-    out.struct_size = sizeof out;
-    PluginError error(side.plugin->api(), side.plugin->api().compile(&args, &out));
-
-    json::object entry;
-    entry["kernel_type"] = side.code->kernel_type;
-    entry["time_ms"] = ms_since(start);
-    if (error) {
-      entry["ok"] = false;
-      entry["error"] = error_json(error_code_name(error.code()), error.message(), error.details());
-      return entry;
-    }
-    if (out.kernel == nullptr) {
-      entry["ok"] = false;
-      entry["error"] = error_json("internal_error", "plugin reported success but no kernel");
-      return entry;
-    }
-    side.kernel = out.kernel;
-    entry["ok"] = true;
-    if (out.info_json != nullptr) {
-      json::error_code ec;
-      auto info = json::parse(out.info_json, ec);
-      entry["info"] = ec ? json::value(out.info_json) : std::move(info);
-    }
-    return entry;
+  // The candidate's runner also compiles the reference's source (never running its kernel) when
+  // both are Python types: KernelBench keeps get_inputs and get_init_inputs in the reference
+  // only, and the candidate's ModelNew is built from them. Only the reference's source crosses,
+  // never the other way: the reference's process runs no candidate code.
+  bool needs_companion(const Side& side) const {
+    const Side* reference = sides_.size() > 1 ? sides_.front().get() : nullptr;
+    return reference != nullptr && &side != reference && side.has(KEVAL_CAP_NEEDS_PYTHON) &&
+           reference->has(KEVAL_CAP_NEEDS_PYTHON);
   }
 
   // ---------------------------------------------------------------------------------------
   // Device grant
 
-  std::unique_ptr<Engine> acquire_device() {
+  // Asks the host for a device; false (reported) when none can be had.
+  bool acquire_device() {
     uint32_t common = KEVAL_CAP_DEVICE_CPU | KEVAL_CAP_DEVICE_CUDA;
     for (auto& side : sides_)
-      common &= side->plugin->manifest().capabilities;
+      common &= side->capabilities;
     json::array wanted;
     if ((common & KEVAL_CAP_DEVICE_CUDA) && cuda_usable_)
       wanted.emplace_back("cuda");
@@ -218,27 +320,40 @@ private:
       else
         fail_validation(error_json("unsupported",
                                    "the reference and custom kernel types share no device type"));
-      return nullptr;
+      return false;
     }
-    json::object need;
-    need["type"] = protocol::msg::kNeedDevice;
-    need["device_types"] = wanted;
-    channel_.send(std::move(need));
+    protocol::NeedDevice need;
+    for (const auto& type : wanted)
+      need.device_types.emplace_back(type.as_string());
+    channel_.send(protocol::to_frame(need));
 
-    json::object grant = channel_.receive();
-    if (grant.at("type").as_string() != protocol::msg::kGrant)
-      throw std::runtime_error("expected a grant, got " + json::serialize(grant));
-    if (const auto* error = grant.if_contains("error")) {
-      fail_validation(error_json("no_device", json::value_to<std::string>(*error)));
-      return nullptr;
+    const protocol::Grant grant = protocol::parse_grant(channel_.receive());
+    if (!grant.error.empty()) {
+      fail_validation(error_json("no_device", grant.error));
+      return false;
     }
-    const auto& device = grant.at("device").as_object();
-    const std::string type = json::value_to<std::string>(device.at("type"));
+    granted_ = grant.device;
+    return true;
+  }
+
+  // This process's engine on the granted device: the one prepared before the job when it is for
+  // that device (a prestarted worker), else a new one.
+  std::unique_ptr<Engine> open_engine() {
+    const std::string type = json::value_to<std::string>(granted_.at("type"));
+    const int index = granted_.contains("index")
+                          ? static_cast<int>(granted_.at("index").to_number<int64_t>())
+                          : 0;
+    if (auto prepared = runners_.prepared_engine(type, index))
+      return prepared;
+#ifdef KEVAL_HAVE_CUDA
+    if (type == "cuda")
+      if (auto opened = opener_.take(index))
+        return opened;
+#endif
     if (type == "cpu")
       return make_cpu_engine();
 #ifdef KEVAL_HAVE_CUDA
     if (type == "cuda") {
-      const int index = static_cast<int>(device.at("index").to_number<int64_t>());
       try {
         return make_cuda_engine(index);
       } catch (const std::exception& e) {
@@ -254,20 +369,37 @@ private:
     return nullptr;
   }
 
-  bool bind_all() {
-    keval_device_args args{};
-    args.struct_size = sizeof args;
-    args.device = engine_->device();
-    args.stream = engine_->stream();
+  // Each runner opens its own context on the granted device and binds its kernel there.
+  std::vector<int64_t> send_binds() {
+    std::vector<int64_t> pending;
     for (auto& side : sides_) {
-      PluginError error(side->plugin->api(), side->plugin->api().bind_device(side->kernel, &args));
-      if (error) {
-        fail_validation(
-            error_json(error_code_name(error.code()),
-                       side->name + " kernel failed to bind to the device: " + error.message(),
-                       error.details()));
-        return false;
+      json::object bind;
+      bind["type"] = runner_msg::kBind;
+      bind["device"] = granted_;
+      try {
+        pending.push_back(side->runner->send(std::move(bind), "binding to the device"));
+      } catch (const RunnerFailure&) {
+        pending.push_back(0); // reported when its reply is read
       }
+    }
+    return pending;
+  }
+
+  bool finish_binds(const std::vector<int64_t>& pending) {
+    try {
+      for (size_t i = 0; i < sides_.size(); ++i) {
+        Side& side = *sides_[i];
+        json::object reply =
+            side.runner->reply(runner_msg::kBind, pending[i], "binding to the device");
+        if (!RunnerClient::ok(reply)) {
+          const RunnerError e = error_of(side, reply);
+          fail_validation(error_json(e.type, side.name + " " + e.message, e.details));
+          return false;
+        }
+      }
+    } catch (const RunnerFailure& failure) {
+      fail_validation(error_json(kProcessFailed, failure.what()));
+      return false;
     }
     return true;
   }
@@ -278,11 +410,10 @@ private:
   bool validate() {
     const bool correctness = ref() != nullptr;
     const int64_t trials = request_.num_correctness_trials;
-    json::array trial_results;
-    json::object result;
-    result["mode"] = correctness ? "correctness" : "executable";
-    result["device"] = engine_->describe();
-    result["tolerance"] = {{"atol", request_.tolerance.atol}, {"rtol", request_.tolerance.rtol}};
+    protocol::ValidationReport report;
+    report.mode = correctness ? "correctness" : "executable";
+    report.device = engine_->describe();
+    report.tolerance = {{"atol", request_.tolerance.atol}, {"rtol", request_.tolerance.rtol}};
     for (int64_t trial = 0; trial < trials; ++trial) {
       progress("validating", trial, trials);
       try {
@@ -290,28 +421,22 @@ private:
         const bool passed = t["passed"].as_bool();
         const std::string problem =
             passed ? std::string() : json::value_to<std::string>(t["problem"]);
-        trial_results.push_back(std::move(t));
+        report.trials.push_back(std::move(t));
         if (!passed) {
-          result["ok"] = false;
-          result["trials"] = std::move(trial_results);
-          result["error"] =
-              error_json("mismatch", "trial " + std::to_string(trial) + ": " + problem);
-          send_phase(protocol::msg::kPhaseValidated, std::move(result));
+          report.error = error_json("mismatch", "trial " + std::to_string(trial) + ": " + problem);
+          send_phase(protocol::Phase::validated, json::value_from(report));
           return false;
         }
       } catch (const KernelFailure& failure) {
-        result["ok"] = false;
-        result["failed_side"] = failure.side;
-        result["trials"] = std::move(trial_results);
-        result["error"] = failure.error;
-        send_phase(protocol::msg::kPhaseValidated, std::move(result));
+        report.failed_side = failure.side;
+        report.error = failure.error;
+        send_phase(protocol::Phase::validated, json::value_from(report));
         return false;
       }
     }
     progress("validating", trials, trials);
-    result["ok"] = true;
-    result["trials"] = std::move(trial_results);
-    send_phase(protocol::msg::kPhaseValidated, std::move(result));
+    report.ok = true;
+    send_phase(protocol::Phase::validated, json::value_from(report));
     return true;
   }
 
@@ -339,9 +464,7 @@ private:
     }
     const size_t n = std::min(expected->outputs.size(), actual.outputs.size());
     for (size_t i = 0; i < n; ++i) {
-      auto cmp = on_device(custom(), [&] {
-        return engine_->compare(*expected->outputs[i], *actual.outputs[i], request_.tolerance);
-      });
+      auto cmp = engine_->compare(*expected->outputs[i], *actual.outputs[i], request_.tolerance);
       json::object c = tensor::to_json(cmp);
       c["output"] = i;
       c["summary"] = tensor::summary(cmp);
@@ -357,17 +480,24 @@ private:
     return t;
   }
 
-  // Launches one side on clones of the trial's inputs, waits, and checks that its read-only
+  // Launches one side on clones of the trial's inputs in its runner, waits, takes private copies
+  // of its outputs (out of its reach before they are compared), and checks that its read-only
   // inputs are untouched. Throws KernelFailure.
   Launched launch_checked(Side& side, const InputSet& inputs) {
-    auto binder = std::make_unique<ArgumentBinder>(*engine_, side_contract(side),
-                                                   side.code->io.has_value(), inputs);
-    on_device(side, [&] { binder->poison_outputs(*engine_); });
-    Launched launched = launch(side, *binder);
-    launched.binder = std::move(binder); // the output views point into it
-    synchronize(side);
-    if (auto modified =
-            on_device(side, [&] { return launched.binder->first_modified_input(*engine_); }))
+    RemoteBinding binding = bind_remote(side, inputs);
+    binding.binder->poison_outputs(*engine_);
+    engine_->synchronize(); // the runner's context sees only finished work of ours
+    std::vector<std::unique_ptr<Tensor>> returned = launch_remote(binding);
+    Launched launched;
+    if (side.returns_outputs()) {
+      launched.copies = std::move(returned);
+    } else {
+      for (const keval_dl_tensor* view : binding.binder->output_views())
+        launched.copies.push_back(engine_->clone(*view));
+    }
+    for (const auto& copy : launched.copies)
+      launched.outputs.push_back(&copy->dl());
+    if (auto modified = binding.binder->first_modified_input(*engine_))
       throw KernelFailure{side.name, error_json("input_modified", side.name +
                                                                       " kernel modified its input "
                                                                       "argument '" +
@@ -375,52 +505,107 @@ private:
     return launched;
   }
 
-  // Enqueues one launch; does not wait (timing wraps exactly this call).
-  Launched launch(Side& side, ArgumentBinder& binder) {
-    Launched launched;
-    std::vector<keval_dl_managed_tensor*> returned(side.returns_outputs() ? kMaxOutputs : 0);
-    size_t num_returned = 0;
-    keval_launch_args args{};
-    args.struct_size = sizeof args;
-    args.args = binder.args().data();
-    args.num_args = binder.args().size();
-    args.stream = engine_->stream();
-    if (side.returns_outputs()) {
-      args.outputs = returned.data();
-      args.max_outputs = returned.size();
-      args.num_outputs = &num_returned;
-    }
-    PluginError error(side.plugin->api(), side.plugin->api().launch(side.kernel, &args));
-    for (size_t i = 0; i < num_returned; ++i)
-      launched.owned.emplace_back(returned[i]);
-    if (error)
-      throw KernelFailure{side.name, error_json(error_code_name(error.code()),
-                                                side.name + " kernel failed: " + error.message(),
-                                                error.details())};
-    if (side.returns_outputs()) {
-      for (auto& t : launched.owned)
-        launched.outputs.push_back(&t.get()->dl_tensor);
-    } else {
-      launched.outputs = binder.output_views();
-    }
-    return launched;
+  // Shared clones of the inputs (and fresh outputs) for `side`, handed to its runner.
+  RemoteBinding bind_remote(Side& side, const InputSet& inputs) {
+    RemoteBinding binding;
+    binding.binder = std::make_unique<ArgumentBinder>(
+        *engine_, side_contract(side), side.code->io.has_value(), inputs, Sharing::shared);
+    std::vector<int> fds;
+    json::object args;
+    args["type"] = runner_msg::kArgs;
+    args["binding"] = next_binding_;
+    args["args"] = binding.binder->describe(fds);
+    if (fds.size() > protocol::kMaxFdsPerFrame)
+      throw std::runtime_error("a kernel with more than " +
+                               std::to_string(protocol::kMaxFdsPerFrame) +
+                               " tensor arguments is not supported");
+    expect_ok(side, call(side, std::move(args), "receiving its arguments", fds),
+              "receiving its arguments");
+    binding.side = &side;
+    binding.id = next_binding_++;
+    return binding;
   }
 
-  // Runs engine work that follows a side's launch. A device fault surfacing there (sticky
-  // errors make every later device call fail) is that side's kernel failure.
-  template <class Work> std::invoke_result_t<Work> on_device(const Side& side, Work&& work) {
+  // Runs the bound launch once in the runner and returns private copies of what it returned.
+  std::vector<std::unique_ptr<Tensor>> launch_remote(RemoteBinding& binding) {
+    Side& side = *binding.side;
+    json::object launch;
+    launch["type"] = runner_msg::kLaunch;
+    launch["binding"] = binding.id;
+    json::object reply = call(side, std::move(launch), "launching");
+    expect_ok(side, reply, "launching");
+    std::vector<std::unique_ptr<Tensor>> copies;
+    if (!side.returns_outputs())
+      return copies;
+    copies = copy_from_runner(side, reply, "outputs", "returning its outputs");
+    return copies;
+  }
+
+  // Private copies of the tensors a runner described under `key` and sent with its reply.
+  std::vector<std::unique_ptr<Tensor>> copy_from_runner(Side& side, const json::object& reply,
+                                                        const char* key, const char* doing) {
+    std::vector<std::unique_ptr<Tensor>> copies;
     try {
-      return work();
-    } catch (const KernelFault& fault) {
-      throw KernelFailure{side.name, error_json("device_error", side.name +
-                                                                    " kernel faulted on the "
-                                                                    "device: " +
-                                                                    fault.what())};
+      std::vector<SharedTensorHandle> handles =
+          detail::read_shared(detail::array_field(reply, key), side.runner->channel());
+      for (auto& handle : handles)
+        copies.push_back(engine_->copy_shared(std::move(handle)));
+    } catch (const std::invalid_argument& e) {
+      throw KernelFailure{side.name, error_json(kProcessFailed, side.name + " kernel's process " +
+                                                                    "sent unusable tensors while " +
+                                                                    doing + ": " + e.what())};
+    } catch (const protocol::ProtocolError& e) {
+      throw KernelFailure{side.name, error_json(kProcessFailed, side.name + " kernel's process " +
+                                                                    "sent unusable tensors while " +
+                                                                    doing + ": " + e.what())};
     }
+    return copies;
   }
 
-  void synchronize(const Side& side) {
-    on_device(side, [&] { engine_->synchronize(); });
+  // The error a runner reported. Once user code has run in the candidate's runner, what it says
+  // is the candidate's to forge: an error it labels as keval's or the machine's (internal_error,
+  // no_device) would turn its own failure into an infrastructure failure, which reward loops
+  // usually retry or drop instead of scoring. So from the candidate such a label is the kernel's
+  // failure, and the message says what it claimed. (The reference is the client's own.)
+  //
+  // Compilation is the exception: a broken environment (no interpreter, no toolchain) shows up
+  // there first and genuinely is the machine's, so an honest kernel must not be failed for it.
+  // A candidate forging it at compile time gains an infrastructure verdict, never a pass; closing
+  // that needs the environment checked in `load`, before user code (an SDK hook; see README).
+  RunnerError error_of(const Side& side, const json::object& reply) const {
+    RunnerError e = RunnerClient::error_of(reply);
+    if (side.name == "custom" && side.compiled &&
+        (e.type == "internal_error" || e.type == "no_device")) {
+      e.message = "the kernel's process reported " + e.type + ": " + e.message;
+      e.type = "runtime_error";
+    }
+    return e;
+  }
+
+  // A reply with ok=false is the side's failure: its kernel raised, or broke its device.
+  void expect_ok(const Side& side, const json::object& reply, const std::string& doing) {
+    if (RunnerClient::ok(reply))
+      return;
+    const RunnerError e = error_of(side, reply);
+    std::string message = e.message;
+    if (e.type == "device_error")
+      message = side.name + " " + message;
+    else if (doing == "launching")
+      message = side.name + " " + message;
+    else
+      message = side.name + " kernel failed while " + doing + ": " + message;
+    throw KernelFailure{side.name, error_json(e.type, message, e.details)};
+  }
+
+  // One command to a side's runner. A runner that dies, closes its channel or answers out of turn
+  // has failed its side.
+  json::object call(Side& side, json::object command, const std::string& doing,
+                    const std::vector<int>& fds = {}) {
+    try {
+      return side.runner->call(std::move(command), doing, fds);
+    } catch (const RunnerFailure& failure) {
+      throw KernelFailure{side.name, error_json(kProcessFailed, failure.what())};
+    }
   }
 
   // The IOContract that shapes a side's arguments: its own, else the other side's.
@@ -439,17 +624,36 @@ private:
       if (side->code->io)
         return InputSet::from_contracts(*engine_, contracts(), trial, job_.seed);
     Side& provider = ref() != nullptr ? *ref() : custom();
-    if (!provider.plugin->has(KEVAL_CAP_DEFAULT_INPUTS))
+    if (!provider.has(KEVAL_CAP_DEFAULT_INPUTS))
       throw KernelFailure{
           provider.name, error_json("no_inputs", "the request has no IOContract and kernel type '" +
                                                      provider.code->kernel_type +
                                                      "' cannot produce default inputs")};
-    try {
-      return InputSet::from_plugin(*engine_, provider.plugin->api(), provider.kernel,
-                                   tensor::trial_seed(job_.seed, trial));
-    } catch (const PluginCallError& e) {
-      throw KernelFailure{provider.name, error_json(e.type, e.what(), e.details)};
+    json::object ask;
+    ask["type"] = runner_msg::kDefaultInputs;
+    ask["seed"] = tensor::trial_seed(job_.seed, trial);
+    json::object reply = call(provider, std::move(ask), "producing default inputs");
+    if (!RunnerClient::ok(reply)) {
+      const RunnerError e = error_of(provider, reply);
+      throw KernelFailure{provider.name, error_json(e.type, e.message, e.details)};
     }
+    InputSet inputs = InputSet::from_tensors(
+        copy_from_runner(provider, reply, "tensors", "producing default inputs"));
+    // Default inputs can hold values besides tensors (get_inputs() returning sizes): the plugin
+    // learns where they go when it produces the inputs, so the candidate's runner produces them
+    // once too (from the reference's get_inputs, see needs_companion) and they are dropped.
+    if (&provider != &custom() && custom().has(KEVAL_CAP_DEFAULT_INPUTS) && !custom_layout_known_) {
+      json::object once;
+      once["type"] = runner_msg::kDefaultInputs;
+      once["seed"] = tensor::trial_seed(job_.seed, trial);
+      json::object custom_reply = call(custom(), std::move(once), "producing default inputs");
+      if (!RunnerClient::ok(custom_reply)) {
+        const RunnerError e = error_of(custom(), custom_reply);
+        throw KernelFailure{"custom", error_json(e.type, e.message, e.details)};
+      }
+      custom_layout_known_ = true;
+    }
+    return inputs;
   }
 
   std::vector<const request::IOContract*> contracts() const {
@@ -473,80 +677,93 @@ private:
     }
     struct Timed {
       Side* side;
-      std::unique_ptr<ArgumentBinder> binder;
-      std::unique_ptr<Timer> timer;
+      RemoteBinding binding;
+      std::string method;
       std::vector<double> samples;
       int64_t warmup = 0;
     };
     std::vector<Timed> timed;
     try {
       for (auto& side : sides_) {
-        Timed t{side.get(), std::make_unique<ArgumentBinder>(*engine_, side_contract(*side),
-                                                             side->code->io.has_value(), inputs)};
-        Side* s = t.side;
-        ArgumentBinder* b = t.binder.get();
-        // Returned outputs are released right after the launch returns; for graph replay the
-        // launch runs once, at capture.
-        t.timer =
-            on_device(*s, [&] { return engine_->make_timer([this, s, b] { launch(*s, *b); }); });
+        Timed t{side.get(), bind_remote(*side, inputs)};
+        json::object timer;
+        timer["type"] = runner_msg::kTimer;
+        timer["binding"] = t.binding.id;
+        json::object reply = call(*side, std::move(timer), "preparing its timing");
+        expect_ok(*side, reply, "preparing its timing");
+        t.method = detail::string_field(reply, "method");
         timed.push_back(std::move(t));
       }
       for (auto& t : timed)
-        t.warmup = warm_up(*t.side, *t.binder, *t.timer);
+        t.warmup = warm_up(t.binding);
       for (int64_t i = 0; i < samples; ++i) {
         if (i % std::max<int64_t>(1, samples / 10) == 0)
           progress("profiling", i, samples);
         // Alternate which side goes first so neither always runs right after the other.
         for (size_t k = 0; k < timed.size(); ++k) {
           auto& t = timed[(static_cast<size_t>(i) + k) % timed.size()];
-          t.samples.push_back(sample(*t.side, *t.binder, *t.timer));
+          t.samples.push_back(sample(t.binding));
         }
       }
     } catch (const KernelFailure& failure) {
       send_profile_failure(failure);
       return;
+    } catch (const detail::WireError& e) {
+      send_profile_failure(KernelFailure{"custom", error_json(kProcessFailed, e.what())});
+      return;
     }
     progress("profiling", samples, samples);
 
-    json::object result;
-    result["ok"] = true;
-    result["method"] = timed.front().timer->method();
-    result["device"] = engine_->describe();
+    protocol::ProfileReport report;
+    report.ok = true;
+    report.method = timed.front().method;
+    report.device = engine_->describe();
     for (auto& t : timed) {
-      json::object stats = tensor::to_json(tensor::compute_stats(t.samples));
-      stats["method"] = t.timer->method();
-      stats["warmup_runs"] = t.warmup;
-      result[t.side->name] = std::move(stats);
+      const tensor::RuntimeStats stats = tensor::compute_stats(t.samples);
+      protocol::SideTiming timing{
+          stats.mean,          stats.std,           stats.min,   stats.max, stats.median,
+          stats.percentile_95, stats.percentile_99, stats.count, t.method,  t.warmup};
+      (t.side->name == "ref" ? report.ref : report.custom) = timing;
     }
-    if (ref() != nullptr) {
-      const double ref_median = result["ref"].as_object()["median"].to_number<double>();
-      const double custom_median = result["custom"].as_object()["median"].to_number<double>();
-      if (custom_median > 0)
-        result["speedup"] = ref_median / custom_median;
-    }
-    send_phase(protocol::msg::kPhaseProfiled, std::move(result));
+    if (report.ref && report.custom && report.custom->median > 0)
+      report.speedup = report.ref->median / report.custom->median;
+    send_phase(protocol::Phase::profiled, json::value_from(report));
   }
 
-  // One timed run. Outputs are poisoned before it (so no run can reuse an earlier result),
-  // outside the timed region; errors the device reports afterwards are the kernel's.
-  double sample(Side& side, ArgumentBinder& binder, Timer& timer) {
-    const double ms = on_device(side, [&] {
-      binder.poison_outputs(*engine_);
-      return timer.sample();
-    });
-    synchronize(side);
+  // One timed run, taken in the side's runner. Outputs are poisoned before it (so no run can
+  // reuse an earlier result), outside the timed region. The time comes from a process that runs
+  // user code, so it is bounded here: finite, not negative, and no longer than the wall time the
+  // trusted worker itself measured around the request.
+  double sample(RemoteBinding& binding) {
+    Side& side = *binding.side;
+    binding.binder->poison_outputs(*engine_);
+    engine_->synchronize();
+    json::object ask;
+    ask["type"] = runner_msg::kSample;
+    ask["binding"] = binding.id;
+    const auto start = Clock::now();
+    json::object reply = call(side, std::move(ask), "being timed");
+    const double wall_ms = ms_since(start);
+    expect_ok(side, reply, "being timed");
+    const double ms = detail::number_field(reply, "ms");
+    if (!std::isfinite(ms) || ms < 0 || ms > wall_ms)
+      throw KernelFailure{side.name,
+                          error_json("implausible_timing",
+                                     side.name + " kernel's process reported a sample of " +
+                                         std::to_string(ms) + " ms around which keval measured " +
+                                         std::to_string(wall_ms) + " ms")};
     return ms;
   }
 
   // Runs the kernel until consecutive timings settle (relative change of the running median of
   // the last 5 samples under 5 %), at least 3 and at most 100 runs or 2 s.
-  int64_t warm_up(Side& side, ArgumentBinder& binder, Timer& timer) {
+  int64_t warm_up(RemoteBinding& binding) {
     std::vector<double> recent;
     const auto start = Clock::now();
     double previous_median = -1;
     int64_t runs = 0;
     while (runs < 100 && ms_since(start) < 2000) {
-      recent.push_back(sample(side, binder, timer));
+      recent.push_back(sample(binding));
       ++runs;
       if (recent.size() >= 5) {
         std::vector<double> last(recent.end() - 5, recent.end());
@@ -562,59 +779,51 @@ private:
   }
 
   void send_profile_failure(const KernelFailure& failure) {
-    json::object result;
-    result["ok"] = false;
-    result["failed_side"] = failure.side;
-    result["error"] = failure.error;
-    send_phase(protocol::msg::kPhaseProfiled, std::move(result));
+    protocol::ProfileReport report;
+    report.failed_side = failure.side;
+    report.error = failure.error;
+    send_phase(protocol::Phase::profiled, json::value_from(report));
   }
 
   // ---------------------------------------------------------------------------------------
   // Messages
 
-  void fail_validation(json::object error) {
-    json::object result;
-    result["ok"] = false;
-    result["error"] = std::move(error);
-    send_phase(protocol::msg::kPhaseValidated, std::move(result));
+  void fail_validation(protocol::ErrorInfo error) {
+    protocol::ValidationReport report;
+    report.error = std::move(error);
+    send_phase(protocol::Phase::validated, json::value_from(report));
   }
 
-  void send_phase(const char* phase, json::object result) {
+  void send_phase(protocol::Phase phase, json::value report) {
     std::fflush(stdout); // user output printed so far belongs before this phase in the logs
-    json::object m;
-    m["type"] = protocol::msg::kPhase;
-    m["phase"] = phase;
-    m["result"] = std::move(result);
-    channel_.send(std::move(m));
+    channel_.send(protocol::to_frame(protocol::PhaseMessage{phase, std::move(report.as_object())}));
   }
 
   void progress(const char* phase, int64_t done, int64_t total) {
-    json::object m;
-    m["type"] = protocol::msg::kProgress;
-    m["phase"] = phase;
-    m["done"] = done;
-    m["total"] = total;
-    channel_.send(std::move(m));
+    channel_.send(protocol::to_frame(protocol::Progress{phase, done, total}));
   }
 
   void finish() {
     std::fflush(stdout);
-    json::object m;
-    m["type"] = protocol::msg::kDone;
-    channel_.send(std::move(m));
+    channel_.send(protocol::to_frame(protocol::Done{}));
   }
-
-  static constexpr size_t kMaxOutputs = 64;
 
   protocol::BlockingChannel& channel_;
   const JobSpec& job_;
   const EvalRequest& request_;
-  std::map<std::string, std::unique_ptr<LoadedPlugin>> plugins_;
-  // Declared before the sides: kernels (and their device modules) are released before the
-  // engine releases the device context.
-  std::unique_ptr<Engine> engine_;
+  RunnerSource& runners_;
   std::vector<std::unique_ptr<Side>> sides_; // ref first (if any), custom last
-  int cuda_arch_ = job_.cuda_arch;           // 0 until known
+  // Declared after the sides, so destroyed before them: tensors go before the engine.
+  std::unique_ptr<Engine> engine_;
+  json::object granted_;
+  int64_t next_binding_ = 1;
+  int64_t companion_seq_ = 0;
+#ifdef KEVAL_HAVE_CUDA
+  std::future<CudaAvailability> cuda_probe_;
+  EngineOpener opener_;
+#endif
+  bool custom_layout_known_ = false;
+  int cuda_arch_ = job_.cuda_arch; // 0 until known
   bool cuda_usable_ = false;
   std::string cuda_reason_;
 };
@@ -622,22 +831,22 @@ private:
 } // namespace
 
 JobSpec parse_job(const json::object& frame) {
+  const protocol::JobFrame parsed = protocol::parse_job_frame(frame);
   JobSpec job;
-  job.job_id = json::value_to<std::string>(frame.at("job_id"));
-  const std::string mode = json::value_to<std::string>(frame.at("mode"));
-  const auto parsed_mode =
-      mode == "compare" ? EvalRequest::Mode::compare : EvalRequest::Mode::evaluate;
-  job.request = request::parse_request(frame.at("request"), parsed_mode);
-  for (const auto& [type, path] : frame.at("plugins").as_object())
-    job.plugins[std::string(type)] = json::value_to<std::string>(path);
-  job.work_dir = json::value_to<std::string>(frame.at("work_dir"));
-  job.cuda_arch = static_cast<int>(frame.at("cuda_arch").to_number<int64_t>());
-  job.seed = frame.at("seed").to_number<uint64_t>();
+  job.job_id = parsed.job_id;
+  job.request = request::parse_request(json::value(parsed.request),
+                                       parsed.mode == "compare" ? EvalRequest::Mode::compare
+                                                                : EvalRequest::Mode::evaluate);
+  for (const auto& [type, path] : parsed.plugins)
+    job.plugins[type] = path;
+  job.work_dir = parsed.work_dir;
+  job.cuda_arch = static_cast<int>(parsed.cuda_arch);
+  job.seed = parsed.seed;
   return job;
 }
 
-void run_pipeline(protocol::BlockingChannel& channel, const JobSpec& job) {
-  Pipeline(channel, job).run();
+void run_pipeline(protocol::BlockingChannel& channel, const JobSpec& job, RunnerSource& runners) {
+  Pipeline(channel, job, runners).run();
 }
 
 } // namespace keval::worker

@@ -5,6 +5,8 @@
 
 #include "protocol/blocking_channel.hpp"
 #include "request/model.hpp"
+#include "worker/engine/engine.hpp"
+#include "worker/runner/runner_client.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -26,8 +28,22 @@ struct JobSpec {
 // Parses a `job` frame; throws std::runtime_error (the host sent something invalid).
 JobSpec parse_job(const boost::json::object& frame);
 
-// Runs the job to completion over `channel`. Kernel failures become phase results; only a
-// failure of the worker itself escapes as an exception.
-void run_pipeline(protocol::BlockingChannel& channel, const JobSpec& job);
+// Where a job's runners come from: started ahead of the job (prewarmed) or now.
+class RunnerSource {
+public:
+  virtual ~RunnerSource() = default;
+  // A runner for `side` ("ref" or "custom") whose hello has arrived. Throws when none can start.
+  virtual std::unique_ptr<RunnerClient> take(const std::string& side) = 0;
+  // What the runner said in its hello about the layers it applied to itself.
+  virtual boost::json::object hello_of(const RunnerClient& runner) = 0;
+  // An engine opened before the job for device `type`/`index` (a prestarted worker on a machine
+  // with one GPU opens its context ahead), or nullptr. The job's own process made it.
+  virtual std::unique_ptr<Engine> prepared_engine(const std::string& type, int index) = 0;
+};
+
+// Runs the job to completion over `channel`, its user code in runners from `runners`. Kernel
+// failures become phase results; only a failure of the worker itself escapes as an exception.
+// Every runner, and every process their user code started, has ended when this returns.
+void run_pipeline(protocol::BlockingChannel& channel, const JobSpec& job, RunnerSource& runners);
 
 } // namespace keval::worker

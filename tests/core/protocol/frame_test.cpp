@@ -1,6 +1,7 @@
 #include "protocol/blocking_channel.hpp"
 #include "protocol/frame.hpp"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -172,6 +173,28 @@ TEST(BlockingChannel, EndOfStreamIsAProtocolError) {
   BlockingChannel b(fds[1]);
   ::close(fds[0]);
   EXPECT_THROW(b.receive(), ProtocolError);
+}
+
+TEST(BlockingChannel, DescriptorsTravelWithTheirFrame) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  BlockingChannel a(fds[0]), b(fds[1]);
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  a.send(message("first"));
+  a.send(message("with_fd"), {pipe_fds[1]});
+  ::close(pipe_fds[1]);
+  EXPECT_EQ(b.receive().at("type").as_string(), "first");
+  EXPECT_EQ(b.receive().at("type").as_string(), "with_fd");
+  std::vector<keval::UniqueFd> received = b.take_fds(1);
+  ASSERT_EQ(received.size(), 1u);
+  EXPECT_EQ(::fcntl(received[0].get(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  ASSERT_EQ(::write(received[0].get(), "x", 1), 1); // the same pipe, another descriptor
+  char c = 0;
+  ASSERT_EQ(::read(pipe_fds[0], &c, 1), 1);
+  EXPECT_EQ(c, 'x');
+  ::close(pipe_fds[0]);
+  EXPECT_THROW(b.take_fds(1), ProtocolError); // none left: a peer cannot claim more than it sent
 }
 
 } // namespace

@@ -1,5 +1,5 @@
 // The shared Python runtime: plugins probe without starting Python, every Python type of a job
-// runs in one interpreter, and the interpreter is the one KEVAL_PYTHON names (virtual
+// runs in one interpreter per side, and the interpreter is the one KEVAL_PYTHON names (virtual
 // environments included) or the build's.
 #include "python_test_support.hpp"
 
@@ -79,23 +79,41 @@ TEST(PythonRuntime, PluginsAreRegisteredWithTheirCapabilities) {
 
 using PythonRuntimeJob = TorchTest;
 
-TEST_F(PythonRuntimeJob, BothSidesOfACompareShareOneInterpreter) {
-  // The candidate sees the reference's module: same interpreter, distinct module names.
+TEST_F(PythonRuntimeJob, EachSideHasItsOwnInterpreterAndOnlyTheCandidateSeesTheReference) {
+  // The candidate's runner compiles the reference's source beside its own (KernelBench keeps
+  // get_inputs there), under a distinct module name; the reference's runner never loads the
+  // candidate's source, and the two are different processes.
   const char* io = R"({"args": [{"name": "x", "type": "tensor",
                                  "tensor_spec": {"shape": [4], "dtype": "float32"}}]})";
-  const auto r = run_request(compare(kernel("torch", "import torch\ndef f(x):\n    return x + 1\n",
+  const auto r = run_request(compare(kernel("torch", R"(import os, sys
+def f(x):
+    if any(m.startswith("keval_multi_kernel_custom_") for m in sys.modules):
+        raise RuntimeError("the reference's interpreter holds the candidate's module")
+    print("ref pid", os.getpid())
+    return x + 1
+)",
                                             {{"function_name", "f"}}),
-                                     kernel("multi_kernel", R"(import sys
+                                     kernel("multi_kernel", R"(import os, sys
 def run(x):
     refs = [m for m in sys.modules if m.startswith("keval_torch_ref_")]
     mine = [m for m in sys.modules if m.startswith("keval_multi_kernel_custom_")]
     if len(refs) != 1 or len(mine) != 1:
-        raise RuntimeError(f"not one shared interpreter: {refs} {mine}")
+        raise RuntimeError(f"expected the reference as a companion: {refs} {mine}")
+    print("custom pid", os.getpid())
     return x + 1
 )",
                                             {{"entry_point", "run"}}, io)),
                              true, built_registry());
   ASSERT_EQ(r.verdict, Verdict::success) << json::serialize(r.body);
+  const std::string out(
+      r.body.at("kernel_exec_result").at("metadata").at("worker").at("stdout").as_string());
+  const auto pid_after = [&](const std::string& label) {
+    const size_t at = out.find(label);
+    return at == std::string::npos ? std::string() : out.substr(at + label.size(), 8);
+  };
+  ASSERT_FALSE(pid_after("ref pid ").empty()) << out;
+  ASSERT_FALSE(pid_after("custom pid ").empty()) << out;
+  EXPECT_NE(std::stol(pid_after("ref pid ")), std::stol(pid_after("custom pid "))) << out;
 }
 
 TEST_F(PythonRuntimeJob, KevalPythonSelectsAVirtualEnvironment) {

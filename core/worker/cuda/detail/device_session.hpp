@@ -4,6 +4,7 @@
 // test has broken the context). Shared by the engine and its timers.
 #pragma once
 
+#include "common/unique_fd.hpp"
 #include "cuda/driver.hpp"
 #include "worker/cuda/detail/kernel_abi.hpp"
 
@@ -33,6 +34,37 @@ private:
   size_t bytes_ = 0;
 };
 
+// Device memory another process can map: a CUDA VMM allocation (cuMemCreate) exportable as a
+// POSIX file descriptor, mapped into this context. The descriptor is a capability: a process that
+// was not handed it cannot import the memory, unlike legacy IPC handles, which are plain bytes
+// and work across PID namespaces only with help.
+class SharedDeviceMemory {
+public:
+  // A new allocation of at least `bytes` (rounded up to the granularity) on device `ordinal`.
+  static SharedDeviceMemory create(int ordinal, size_t bytes);
+  // Imports and maps a descriptor another process exported with `bytes` bytes. Throws
+  // std::invalid_argument when the descriptor is not such an allocation.
+  static SharedDeviceMemory open(int ordinal, UniqueFd fd, size_t bytes);
+
+  SharedDeviceMemory(SharedDeviceMemory&& other) noexcept;
+  SharedDeviceMemory& operator=(SharedDeviceMemory&&) = delete;
+  SharedDeviceMemory(const SharedDeviceMemory&) = delete;
+  ~SharedDeviceMemory();
+
+  CUdeviceptr address() const { return address_; }
+  size_t bytes() const { return bytes_; } // the mapped size (a multiple of the granularity)
+  int fd() const { return fd_.get(); }    // the exported descriptor (created ones only)
+
+private:
+  SharedDeviceMemory() = default;
+  static size_t granularity(int ordinal);
+  void map(int ordinal);
+  CUmemGenericAllocationHandle handle_ = 0;
+  CUdeviceptr address_ = 0;
+  size_t bytes_ = 0;
+  UniqueFd fd_;
+};
+
 enum class Kernel {
   fill,
   fill_pattern64,
@@ -59,6 +91,8 @@ public:
 
   int ordinal() const { return ordinal_; }
   CUdevice device() const { return device_; }
+  // Makes the context current on the calling thread (a session opened on another thread).
+  void make_current() const;
   CUstream stream() const { return stream_; }
 
   // Throws KernelFault when an earlier call hit an error that leaves the context unusable

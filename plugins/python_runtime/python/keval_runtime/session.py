@@ -1,9 +1,10 @@
-"""What the two sides of one job share inside the worker's interpreter.
+"""The modules a runner's interpreter holds for one job.
 
-A compare loads the reference and the custom kernel into the same interpreter (one worker
-process per job). KernelBench's convention puts ``get_inputs`` and ``get_init_inputs`` in the
-reference source only, so a side whose source lacks them uses the other side's, just as the
-core gives a side without an IOContract the other side's inputs.
+Each side runs in its own runner process. KernelBench's convention puts ``get_inputs`` and
+``get_init_inputs`` in the reference source only, so the candidate's runner also compiles the
+reference's source as side "ref" (never launching it), and a side whose source lacks them uses the
+other side's, just as the core gives a side without an IOContract the other side's inputs. The
+reference's runner holds only the reference.
 """
 
 _modules = {}  # side ("ref" / "custom") -> loaded user module

@@ -1,0 +1,193 @@
+// The job contract: what crosses the host-worker protocol and what each phase reports, as types.
+// The worker builds these, the host reads them (supervisor, response builder, stores); JSON
+// exists only at the edges, through the conversions below. Messages come from the trusted worker
+// (never from user code, which runs in runners), but they are still checked as they are read:
+// a message that does not convert is a protocol error.
+//
+// Message order (see messages.hpp for the type names):
+//   worker hello -> host job -> worker phase(compiled) -> worker need_device -> host grant ->
+//   worker progress* -> phase(validated) -> phase(profiled) -> done   (fatal at any point)
+#pragma once
+
+#include "protocol/messages.hpp"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+#include <boost/json/value_from.hpp>
+#include <boost/json/value_to.hpp>
+
+namespace keval::protocol {
+
+// ---------------------------------------------------------------------------------------------
+// Stages: where a job is, as the host sees it. Each message moves it forward, never back.
+
+enum class JobStage {
+  starting,           // the worker is starting (or prewarming)
+  compiling,          // the job was sent; both sides compile
+  waiting_for_device, // compiled; waiting for a grant
+  validating,         // granted; correctness trials
+  profiling,          // validated; timing
+  finishing,          // profiled; the worker ends every process of the job
+  exiting,            // done received; waiting for the worker to exit
+};
+
+const char* stage_name(JobStage stage);
+// True when a job may move from `from` to `to` (forward only; a stage may repeat).
+bool can_follow(JobStage from, JobStage to);
+
+// ---------------------------------------------------------------------------------------------
+// Phase reports
+
+enum class Phase { compiled, validated, profiled };
+const char* phase_name(Phase phase);
+std::optional<Phase> parse_phase(std::string_view name);
+
+struct ErrorInfo {
+  std::string type;    // "compile_error", "runtime_error", "mismatch", "no_device", ...
+  std::string message; // one line
+  std::string details; // full log or traceback; may be empty
+};
+
+// One side's compilation, in its runner.
+struct SideCompile {
+  std::string kernel_type;
+  bool ok = false;
+  double time_ms = 0;
+  boost::json::value info;                  // the plugin's compile details (null when none)
+  std::optional<ErrorInfo> error;           // when !ok
+  boost::json::object isolation;            // the layers the runner applied to itself
+  std::optional<ErrorInfo> companion_error; // the reference's source failed in the candidate's
+};
+
+struct CompileReport {
+  bool ok = false;
+  std::optional<SideCompile> ref; // compare only
+  std::optional<SideCompile> custom;
+};
+
+struct ValidationReport {
+  bool ok = false;
+  std::string mode;           // "correctness" (compare) or "executable" (evaluate)
+  boost::json::object device; // what the engine describes
+  boost::json::object tolerance;
+  boost::json::array trials; // per trial: passed, comparisons (tensor::to_json), problem
+  std::optional<ErrorInfo> error;
+  std::string failed_side; // "ref" or "custom" when a side failed; empty otherwise
+};
+
+// One side's timing: tensor::RuntimeStats plus how it was taken.
+struct SideTiming {
+  double mean = 0, std = 0, min = 0, max = 0, median = 0, percentile_95 = 0, percentile_99 = 0;
+  int64_t count = 0;
+  std::string method; // "cuda_graph", "cuda_event", "cpu_wall_clock"
+  int64_t warmup_runs = 0;
+};
+
+struct ProfileReport {
+  bool ok = false;
+  std::string method;
+  boost::json::object device;
+  std::optional<SideTiming> ref;
+  std::optional<SideTiming> custom;
+  std::optional<double> speedup; // ref median / custom median
+  std::optional<ErrorInfo> error;
+  std::string failed_side;
+  // What a verdict cannot say, reported beside it (excessive speedup, library-only, ...): room
+  // for the checks of issue 13, each {"flag", "message", ...}.
+  boost::json::array flags;
+};
+
+// What the host keeps of a job's phases as they arrive.
+struct JobPhases {
+  std::optional<CompileReport> compiled;
+  std::optional<ValidationReport> validated;
+  std::optional<ProfileReport> profiled;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Messages
+
+// worker -> host, first: who it is and what it prepared before its job.
+struct Hello {
+  std::string worker_version;
+  int64_t pid = 0;
+  boost::json::object isolation; // the layers the trusted worker applied to itself
+  boost::json::array prewarmed;  // kernel types whose prewarm ran (prestarted workers)
+  boost::json::array prewarm_errors;
+  std::optional<double> prewarm_seconds;
+};
+
+// host -> worker: the job.
+struct JobFrame {
+  std::string job_id;
+  std::string mode;                           // "evaluate" | "compare"
+  boost::json::object request;                // as the client sent it; the worker parses it
+  std::map<std::string, std::string> plugins; // kernel_type -> plugin library
+  std::string work_dir;
+  int64_t cuda_arch = 0;
+  uint64_t seed = 0;
+};
+
+struct PhaseMessage {
+  Phase phase = Phase::compiled;
+  boost::json::object result; // a CompileReport, ValidationReport or ProfileReport, per `phase`
+};
+struct NeedDevice {
+  std::vector<std::string> device_types; // "cuda", "cpu", in order of preference
+};
+struct Progress {
+  std::string phase; // "validating", "profiling"
+  int64_t done = 0, total = 0;
+};
+struct Done {};
+struct Fatal {
+  std::string message;
+};
+
+// host -> worker: the device a job may use, or why there is none.
+struct Grant {
+  std::string error;          // non-empty: no device for this job
+  std::string device_type;    // "cuda" or "cpu"
+  int64_t index = 0;          // the CUDA ordinal
+  boost::json::object device; // as the host described it (type, index, and what else it knows)
+};
+Grant parse_grant(const boost::json::object& frame);
+
+// What a worker may send.
+using WorkerMessage = std::variant<Hello, PhaseMessage, NeedDevice, Progress, Done, Fatal>;
+// Reads one message from the worker; throws ProtocolError naming what is wrong.
+WorkerMessage parse_worker_message(const boost::json::object& frame);
+// The frame for a message (its "type" set).
+boost::json::object to_frame(const WorkerMessage& message);
+boost::json::object to_frame(const JobFrame& job);
+JobFrame parse_job_frame(const boost::json::object& frame);
+
+// Boost.JSON conversions (value_from / value_to). value_to throws std::exception subclasses on a
+// missing or mistyped field.
+void tag_invoke(boost::json::value_from_tag, boost::json::value& v, const ErrorInfo& e);
+ErrorInfo tag_invoke(boost::json::value_to_tag<ErrorInfo>, const boost::json::value& v);
+void tag_invoke(boost::json::value_from_tag, boost::json::value& v, const SideCompile& s);
+SideCompile tag_invoke(boost::json::value_to_tag<SideCompile>, const boost::json::value& v);
+void tag_invoke(boost::json::value_from_tag, boost::json::value& v, const CompileReport& r);
+CompileReport tag_invoke(boost::json::value_to_tag<CompileReport>, const boost::json::value& v);
+void tag_invoke(boost::json::value_from_tag, boost::json::value& v, const ValidationReport& r);
+ValidationReport tag_invoke(boost::json::value_to_tag<ValidationReport>,
+                            const boost::json::value& v);
+void tag_invoke(boost::json::value_from_tag, boost::json::value& v, const SideTiming& t);
+SideTiming tag_invoke(boost::json::value_to_tag<SideTiming>, const boost::json::value& v);
+void tag_invoke(boost::json::value_from_tag, boost::json::value& v, const ProfileReport& r);
+ProfileReport tag_invoke(boost::json::value_to_tag<ProfileReport>, const boost::json::value& v);
+
+// The phases of a record's "phases" object ({"compiled": {...}, ...}); throws like value_to.
+JobPhases phases_from_json(const boost::json::object& phases);
+boost::json::object phases_to_json(const JobPhases& phases);
+
+} // namespace keval::protocol

@@ -1,0 +1,26 @@
+// What the host reads of the process tree in /proc: a process's parent and start time, and the
+// host's own children.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace keval::supervisor {
+
+struct ProcStat {
+  pid_t parent = 0;
+  uint64_t start_time = 0; // clock ticks after boot: with the pid, names one process for good
+};
+
+// From /proc/<pid>/stat; nullopt when the process does not exist (a zombie still does).
+std::optional<ProcStat> read_proc_stat(pid_t pid);
+
+// The children of this process, from /proc/self/task/*/children (every thread's: an adopted
+// process may be given to any of them); where the kernel lacks those files, from the parent
+// field of every /proc/<pid>/stat. A snapshot: children come and go meanwhile.
+std::vector<pid_t> children_of_self();
+
+} // namespace keval::supervisor

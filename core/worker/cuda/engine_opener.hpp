@@ -1,0 +1,27 @@
+// Opening a CUDA engine before it is known to be needed. Creating a context takes a good part of
+// a second; a job's processes open theirs while it compiles instead of after the device grant,
+// on machines where the grant can only name one GPU (exactly one is usable). The engine is taken
+// only when the grant names that GPU; otherwise it is dropped and the job opens its own.
+#pragma once
+
+#include "worker/engine/engine.hpp"
+
+#include <future>
+#include <memory>
+
+namespace keval::worker {
+
+class EngineOpener {
+public:
+  // Starts opening device 0 on a thread of its own when exactly one CUDA device is usable.
+  void start();
+  // The engine for `index`, current on the calling thread, when it was opened ahead for that
+  // device and opened fine; nullptr otherwise (the caller opens one and reports any failure).
+  std::unique_ptr<Engine> take(int index);
+  ~EngineOpener();
+
+private:
+  std::future<std::unique_ptr<Engine>> opening_;
+};
+
+} // namespace keval::worker

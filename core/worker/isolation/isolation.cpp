@@ -1,0 +1,233 @@
+#include "worker/isolation/isolation.hpp"
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fstream>
+#include <linux/capability.h>
+#include <set>
+#include <sstream>
+#include <system_error>
+#include <thread>
+
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace keval::worker::isolation {
+
+namespace json = boost::json;
+
+namespace {
+
+std::string errno_text(const char* what) {
+  return std::string(what) + ": " + std::strerror(errno);
+}
+
+// Drops every capability: the bounding set first (needs CAP_SETPCAP, which a root process
+// has), then the ambient set, then effective/permitted/inheritable. Without capabilities a uid-0
+// process cannot ptrace a non-dumpable process, override file permissions of other users, or
+// regain capabilities by exec (no_new_privs).
+bool drop_capabilities(json::array& errors) {
+  bool ok = true;
+  for (int cap = 0; cap <= CAP_LAST_CAP; ++cap)
+    if (::prctl(PR_CAPBSET_READ, cap, 0, 0, 0) > 0 && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 &&
+        errno != EINVAL) {
+      errors.emplace_back(errno_text("PR_CAPBSET_DROP"));
+      ok = false;
+      break;
+    }
+  ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); // absent before Linux 4.3
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (::syscall(SYS_capset, &header, data) != 0) {
+    errors.emplace_back(errno_text("capset"));
+    ok = false;
+  }
+  return ok;
+}
+
+std::set<pid_t> children_of_self() {
+  std::set<pid_t> children;
+  const std::string tasks = "/proc/self/task";
+  DIR* dir = ::opendir(tasks.c_str());
+  bool read_any = false;
+  if (dir != nullptr) {
+    while (dirent* entry = ::readdir(dir)) {
+      if (entry->d_name[0] == '.')
+        continue;
+      std::ifstream file(tasks + "/" + entry->d_name + "/children");
+      if (!file)
+        continue;
+      read_any = true;
+      pid_t pid = 0;
+      while (file >> pid)
+        children.insert(pid);
+    }
+    ::closedir(dir);
+  }
+  if (read_any)
+    return children;
+  // Kernels without CONFIG_PROC_CHILDREN: every process whose parent is us.
+  const pid_t self = ::getpid();
+  dir = ::opendir("/proc");
+  if (dir == nullptr)
+    return children;
+  while (dirent* entry = ::readdir(dir)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0')
+      continue;
+    std::ifstream stat("/proc/" + std::string(entry->d_name) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t close = text.rfind(')'); // the name may hold spaces and parentheses
+    if (close == std::string::npos)
+      continue;
+    std::istringstream rest(text.substr(close + 1));
+    std::string state;
+    pid_t parent = 0;
+    rest >> state >> parent;
+    if (parent == self)
+      children.insert(static_cast<pid_t>(pid));
+  }
+  ::closedir(dir);
+  return children;
+}
+
+} // namespace
+
+json::object restrict_user_code_process() {
+  json::object layers;
+  json::array errors;
+  layers["no_new_privs"] = ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0;
+  if (!layers["no_new_privs"].as_bool())
+    errors.emplace_back(errno_text("PR_SET_NO_NEW_PRIVS"));
+  layers["capabilities_dropped"] = drop_capabilities(errors);
+  layers["not_dumpable"] = ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
+  if (!layers["not_dumpable"].as_bool())
+    errors.emplace_back(errno_text("PR_SET_DUMPABLE"));
+  layers["own_process"] = true;
+  if (!errors.empty())
+    layers["errors"] = std::move(errors);
+  return layers;
+}
+
+json::object protect_trusted_process() {
+  json::object layers;
+  json::array errors;
+  layers["not_dumpable"] = ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
+  if (!layers["not_dumpable"].as_bool())
+    errors.emplace_back(errno_text("PR_SET_DUMPABLE"));
+  layers["subreaper"] = ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
+  if (!layers["subreaper"].as_bool())
+    errors.emplace_back(errno_text("PR_SET_CHILD_SUBREAPER"));
+  // The host started us with SIGKILL as the parent-death signal. SIGTERM instead: should the host
+  // die, this process still ends its job's processes (end_descendants_on_sigterm) before it goes.
+  const pid_t parent = ::getppid();
+  if (::prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0) != 0)
+    errors.emplace_back(errno_text("PR_SET_PDEATHSIG"));
+  else if (::getppid() != parent)
+    ::kill(::getpid(), SIGTERM); // the host died between the two calls (to the process: the
+                                 // thread waiting for SIGTERM takes it)
+  if (!errors.empty())
+    layers["errors"] = std::move(errors);
+  return layers;
+}
+
+size_t kill_descendants() {
+  size_t ended = 0;
+  // Each round ends the current children; their children become ours for the next. A process
+  // forking as fast as it can still loses: its parent dies each round. Bounded all the same.
+  for (int round = 0; round < 10000; ++round) {
+    const std::set<pid_t> children = children_of_self();
+    if (children.empty())
+      break;
+    for (pid_t pid : children)
+      ::kill(pid, SIGKILL);
+    for (pid_t pid : children) {
+      int status = 0;
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      ++ended;
+    }
+  }
+  return ended;
+}
+
+void end_descendants_on_sigterm() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set] {
+    int signal = 0;
+    while (sigwait(&set, &signal) != 0) {
+    }
+    kill_descendants();
+    ::_exit(128 + SIGTERM);
+  }).detach();
+}
+
+pid_t spawn_with_channel(const std::filesystem::path& exe, const std::vector<std::string>& args,
+                         int channel_fd) {
+  std::vector<std::string> storage{exe.string()};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : storage)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0)
+    throw std::system_error(errno, std::generic_category(), "fork");
+  if (pid == 0) {
+    // Async-signal-safe calls only from here on.
+    if (channel_fd == 3) {
+      ::fcntl(3, F_SETFD, 0);
+    } else if (::dup2(channel_fd, 3) != 3) {
+      ::_exit(127);
+    }
+    // Exactly stdin, stdout, stderr and the channel: nothing the trusted worker holds (the host
+    // channel, the other side's runner, tensor buffers) crosses.
+    if (::syscall(SYS_close_range, 4u, ~0u, 0u) != 0) {
+      struct rlimit limit {};
+      ::getrlimit(RLIMIT_NOFILE, &limit);
+      for (rlim_t fd = 4; fd < limit.rlim_cur && fd < (1u << 20); ++fd)
+        ::close(static_cast<int>(fd));
+    }
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent)
+      ::_exit(127);
+    struct rlimit no_core {
+      0, 0
+    };
+    ::setrlimit(RLIMIT_CORE, &no_core);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr); // SIGTERM is blocked in the trusted worker
+    ::signal(SIGPIPE, SIG_DFL);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::string describe_wait_status(int status) {
+  if (WIFEXITED(status))
+    return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* abbrev = sigabbrev_np(sig);
+    std::string name = abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+    if (const char* text = strsignal(sig))
+      name += std::string(" (") + text + ")";
+    return "was killed by " + name;
+  }
+  return "ended with status " + std::to_string(status);
+}
+
+} // namespace keval::worker::isolation

@@ -1,0 +1,123 @@
+#include "worker/runner/detail/wire.hpp"
+
+#include "request/model.hpp"
+
+#include <boost/json/value_to.hpp>
+
+namespace keval::worker::detail {
+
+namespace json = boost::json;
+
+namespace {
+
+constexpr size_t kMaxDims = 64;
+
+} // namespace
+
+json::object describe_shared(const Tensor& tensor, std::vector<int>& fds) {
+  json::object d;
+  d["dtype"] = request::dtype_name(tensor.dtype());
+  json::array shape;
+  for (int64_t extent : tensor.shape())
+    shape.emplace_back(extent);
+  d["shape"] = std::move(shape);
+  d["bytes"] = tensor.shared_bytes();
+  d["fd"] = tensor.shared_fd() >= 0;
+  if (tensor.shared_fd() >= 0)
+    fds.push_back(tensor.shared_fd());
+  return d;
+}
+
+std::vector<SharedTensorHandle> read_shared(const json::array& descriptions,
+                                            protocol::BlockingChannel& channel) {
+  size_t with_fd = 0;
+  for (const auto& d : descriptions)
+    if (d.is_object() && d.as_object().contains("fd") && d.as_object().at("fd").is_bool() &&
+        d.as_object().at("fd").as_bool())
+      ++with_fd;
+  std::vector<UniqueFd> fds = channel.take_fds(with_fd);
+  size_t next_fd = 0;
+  std::vector<SharedTensorHandle> handles;
+  for (const auto& value : descriptions) {
+    if (!value.is_object())
+      throw WireError("a tensor description is not an object");
+    const json::object& d = value.as_object();
+    SharedTensorHandle h;
+    const std::string dtype = string_field(d, "dtype");
+    const auto parsed = request::parse_dtype(dtype);
+    if (!parsed)
+      throw WireError("a tensor description has an unknown dtype '" + dtype + "'");
+    h.dtype = *parsed;
+    const json::array& shape = array_field(d, "shape");
+    if (shape.size() > kMaxDims)
+      throw WireError("a tensor description has " + std::to_string(shape.size()) + " dimensions");
+    for (const auto& extent : shape) {
+      if (!extent.is_int64() || extent.as_int64() < 0)
+        throw WireError("a tensor description has an invalid extent");
+      h.shape.push_back(extent.as_int64());
+    }
+    const int64_t bytes = int_field(d, "bytes");
+    if (bytes < 0)
+      throw WireError("a tensor description has a negative size");
+    h.bytes = static_cast<uint64_t>(bytes);
+    if (bool_field(d, "fd"))
+      h.fd = std::move(fds[next_fd++]);
+    handles.push_back(std::move(h));
+  }
+  return handles;
+}
+
+const json::object& object_field(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || !v->is_object())
+    throw WireError(std::string("'") + key + "' is missing or not an object");
+  return v->as_object();
+}
+
+const json::array& array_field(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || !v->is_array())
+    throw WireError(std::string("'") + key + "' is missing or not an array");
+  return v->as_array();
+}
+
+std::string string_field(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || !v->is_string())
+    throw WireError(std::string("'") + key + "' is missing or not a string");
+  return std::string(v->as_string());
+}
+
+int64_t int_field(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || !(v->is_int64() || v->is_uint64()))
+    throw WireError(std::string("'") + key + "' is missing or not an integer");
+  if (v->is_uint64() && v->as_uint64() > static_cast<uint64_t>(INT64_MAX))
+    throw WireError(std::string("'") + key + "' is out of range");
+  return v->is_int64() ? v->as_int64() : static_cast<int64_t>(v->as_uint64());
+}
+
+uint64_t uint_field(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  if (v != nullptr && v->is_uint64())
+    return v->as_uint64();
+  if (v != nullptr && v->is_int64() && v->as_int64() >= 0)
+    return static_cast<uint64_t>(v->as_int64());
+  throw WireError(std::string("'") + key + "' is missing or not an unsigned integer");
+}
+
+double number_field(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || !v->is_number())
+    throw WireError(std::string("'") + key + "' is missing or not a number");
+  return v->to_number<double>();
+}
+
+bool bool_field(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || !v->is_bool())
+    throw WireError(std::string("'") + key + "' is missing or not a boolean");
+  return v->as_bool();
+}
+
+} // namespace keval::worker::detail

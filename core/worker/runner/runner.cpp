@@ -1,0 +1,477 @@
+#include "worker/runner/runner.hpp"
+
+#include "common/log.hpp"
+#include "protocol/blocking_channel.hpp"
+#include "worker/engine/engine.hpp"
+#include "worker/isolation/isolation.hpp"
+#include "worker/pipeline/arguments.hpp"
+#include "worker/pipeline/plugin_loader.hpp"
+#include "worker/runner/detail/wire.hpp"
+#include "worker/runner/runner_protocol.hpp"
+
+#ifdef KEVAL_HAVE_CUDA
+#include "worker/cuda/cuda_engine.hpp"
+#include "worker/cuda/engine_opener.hpp"
+#endif
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <unistd.h>
+
+namespace keval::worker {
+
+namespace json = boost::json;
+using detail::WireError;
+
+namespace {
+
+// A command failed; becomes {ok: false, error}.
+struct CommandError {
+  std::string type;
+  std::string message;
+  std::string details;
+};
+
+CommandError plugin_failure(const PluginError& error, const std::string& context) {
+  return {error_code_name(error.code()), context + error.message(), error.details()};
+}
+
+// One set of launch arguments the trusted worker handed over: its shared tensors, mapped here.
+struct Binding {
+  std::vector<std::unique_ptr<Tensor>> tensors;
+  std::vector<std::string> names, strings;
+  std::vector<keval_arg> args;
+  std::unique_ptr<Timer> timer;
+};
+
+class Runner {
+public:
+  explicit Runner(int fd) : channel_(fd, "keval-worker", runner_msg::kMaxRunnerFrameBytes) {}
+
+  ~Runner() {
+    bindings_.clear();
+    if (kernel_ != nullptr)
+      plugin_->api().kernel_destroy(kernel_);
+    if (companion_ != nullptr)
+      companion_plugin_->api().kernel_destroy(companion_);
+  }
+
+  void prewarm(const std::vector<std::string>& paths, json::object& hello) {
+    json::array done, errors;
+    for (const std::string& path : paths) {
+      try {
+        LoadedPlugin& plugin = load(path);
+        const keval_plugin_api& api = plugin.api();
+        if (KEVAL_STRUCT_HAS(&api, keval_plugin_api, prewarm) && api.prewarm != nullptr) {
+          PluginError error(api, api.prewarm());
+          if (error)
+            throw std::runtime_error(error.message());
+          done.emplace_back(plugin.manifest().kernel_type);
+        }
+      } catch (const std::exception& e) {
+        spdlog::warn("prewarm of {} failed (the job will do that setup itself): {}", path,
+                     e.what());
+        errors.emplace_back(path + ": " + e.what());
+      }
+    }
+    hello["prewarmed"] = std::move(done);
+    if (!errors.empty())
+      hello["prewarm_errors"] = std::move(errors);
+    prepare_engine();
+  }
+
+  // A runner started ahead of its job, for a CUDA kernel type, opens its device while it waits
+  // (see EngineOpener).
+  void prepare_engine() {
+#ifdef KEVAL_HAVE_CUDA
+    for (const auto& [path, plugin] : plugins_)
+      if (plugin->has(KEVAL_CAP_DEVICE_CUDA))
+        opener_.start();
+#endif
+  }
+
+  void hello(json::object hello) {
+    hello["type"] = runner_msg::kHello;
+    hello["pid"] = static_cast<int64_t>(::getpid());
+    channel_.send(std::move(hello));
+  }
+
+  // Serves commands until `exit` or the end of the channel.
+  void serve() {
+    for (;;) {
+      json::object command = channel_.receive();
+      const std::string type = detail::string_field(command, "type");
+      if (type == runner_msg::kExit)
+        return;
+      if (type == runner_msg::kUnbind) { // posted: no reply
+        bindings_.erase(detail::int_field(command, "binding"));
+        continue;
+      }
+      json::object reply;
+      std::vector<int> fds;
+      // Returned tensors stay alive until the next command: the trusted worker has imported
+      // them by then.
+      returned_.clear();
+      try {
+        reply = dispatch(type, command, fds);
+        reply["ok"] = true;
+      } catch (const CommandError& e) {
+        reply = failure(e);
+        fds.clear();
+      } catch (const KernelFault& e) {
+        reply =
+            failure({"device_error", std::string("kernel faulted on the device: ") + e.what(), {}});
+        fds.clear();
+      } catch (const WireError&) {
+        throw; // the trusted worker sent something broken: stop
+      } catch (const std::exception& e) {
+        reply = failure({"internal_error", e.what(), {}});
+        fds.clear();
+      }
+      std::fflush(stdout); // what user code printed belongs before the reply in the logs
+      reply["type"] = runner_msg::kReply;
+      reply["for"] = type;
+      reply["seq"] = command.contains("seq") ? command.at("seq") : json::value(nullptr);
+      channel_.send(std::move(reply), fds);
+    }
+  }
+
+private:
+  static json::object failure(const CommandError& e) {
+    json::object error;
+    error["type"] = e.type;
+    error["message"] = e.message;
+    if (!e.details.empty())
+      error["details"] = e.details;
+    json::object reply;
+    reply["ok"] = false;
+    reply["error"] = std::move(error);
+    return reply;
+  }
+
+  LoadedPlugin& load(const std::string& path) {
+    auto& slot = plugins_[path];
+    if (!slot)
+      slot = std::make_unique<LoadedPlugin>(path);
+    return *slot;
+  }
+
+  json::object dispatch(const std::string& type, const json::object& command,
+                        std::vector<int>& fds) {
+    if (type == runner_msg::kLoad)
+      return load_plugin(detail::string_field(command, "plugin"));
+    if (type == runner_msg::kCompanion)
+      return compile_companion(command);
+    if (plugin_ == nullptr && type != runner_msg::kLoad)
+      throw WireError("'" + type + "' before 'load'");
+    if (type == runner_msg::kCompile)
+      return compile(command);
+    if (kernel_ == nullptr)
+      throw CommandError{"internal_error", "'" + type + "' before a successful compile", {}};
+    if (type == runner_msg::kBind)
+      return bind(detail::object_field(command, "device"));
+    if (!engine_)
+      throw WireError("'" + type + "' before 'bind'");
+    if (type == runner_msg::kArgs)
+      return bind_args(command);
+    if (type == runner_msg::kDefaultInputs)
+      return default_inputs(detail::uint_field(command, "seed"), fds);
+    Binding& binding = find_binding(command);
+    if (type == runner_msg::kLaunch)
+      return launch(binding, fds);
+    if (type == runner_msg::kTimer)
+      return make_timer(binding);
+    if (type == runner_msg::kSample)
+      return sample(binding);
+    throw WireError("unknown command '" + type + "'");
+  }
+
+  json::object load_plugin(const std::string& path) {
+    plugin_ = &load(path);
+#ifdef KEVAL_HAVE_CUDA
+    // The device is opened beside the compile instead of after the grant (see EngineOpener).
+    if (plugin_->has(KEVAL_CAP_DEVICE_CUDA))
+      opener_.start();
+#endif
+    json::object manifest;
+    manifest["kernel_type"] = plugin_->manifest().kernel_type;
+    manifest["capabilities"] = plugin_->manifest().capabilities;
+    json::object reply;
+    reply["manifest"] = std::move(manifest);
+    return reply;
+  }
+
+  // The reference's source, compiled here only so that the candidate's plugin finds what
+  // KernelBench keeps in the reference (get_inputs, get_init_inputs). Its kernel never runs.
+  json::object compile_companion(const json::object& c) {
+    if (kernel_ != nullptr || companion_ != nullptr)
+      throw WireError("'companion' after a compile");
+    companion_plugin_ = &load(detail::string_field(c, "plugin"));
+    LoadedPlugin* own = plugin_;
+    plugin_ = companion_plugin_;
+    json::object reply;
+    try {
+      reply = compile(c);
+    } catch (...) {
+      plugin_ = own;
+      throw;
+    }
+    companion_ = std::exchange(kernel_, nullptr);
+    plugin_ = own;
+    return reply;
+  }
+
+  json::object compile(const json::object& c) {
+    const std::string source = detail::string_field(c, "source_code");
+    const std::string metadata = detail::string_field(c, "metadata");
+    const json::value* io_value = c.if_contains("io");
+    const std::string io = io_value != nullptr && io_value->is_string()
+                               ? std::string(io_value->as_string())
+                               : std::string();
+    const std::string work_dir = detail::string_field(c, "work_dir");
+    const std::string side = detail::string_field(c, "side");
+    const auto start = std::chrono::steady_clock::now();
+    keval_compile_args args{};
+    args.struct_size = sizeof args;
+    args.source_code = source.c_str();
+    args.metadata_json = metadata.c_str();
+    args.io_contract_json = io.empty() ? nullptr : io.c_str();
+    args.work_dir = work_dir.c_str();
+    args.cuda_arch = static_cast<int32_t>(detail::int_field(c, "cuda_arch"));
+    args.side = side.c_str();
+    keval_compile_result out{};
+    out.struct_size = sizeof out;
+    PluginError error(plugin_->api(), plugin_->api().compile(&args, &out));
+    json::object reply;
+    reply["time_ms"] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (error)
+      throw plugin_failure(error, "");
+    if (out.kernel == nullptr)
+      throw CommandError{"internal_error", "plugin reported success but no kernel", {}};
+    kernel_ = out.kernel;
+    if (out.info_json != nullptr) {
+      json::error_code ec;
+      auto info = json::parse(out.info_json, ec);
+      reply["info"] = ec ? json::value(out.info_json) : std::move(info);
+    }
+    return reply;
+  }
+
+  json::object bind(const json::object& device) {
+    const std::string type = detail::string_field(device, "type");
+    if (type == "cpu") {
+      engine_ = make_cpu_engine();
+    } else if (type == "cuda") {
+#ifdef KEVAL_HAVE_CUDA
+      const int index = static_cast<int>(detail::int_field(device, "index"));
+      try {
+        engine_ = opener_.take(index);
+        if (!engine_)
+          engine_ = make_cuda_engine(index);
+      } catch (const std::exception& e) {
+        throw CommandError{
+            "no_device", "cannot use CUDA device " + std::to_string(index) + ": " + e.what(), {}};
+      }
+#else
+      throw CommandError{"no_device", "this keval-worker was built without the CUDA toolkit", {}};
+#endif
+    } else {
+      throw WireError("unknown device type '" + type + "'");
+    }
+    keval_device_args args{};
+    args.struct_size = sizeof args;
+    args.device = engine_->device();
+    args.stream = engine_->stream();
+    PluginError error(plugin_->api(), plugin_->api().bind_device(kernel_, &args));
+    if (error)
+      throw plugin_failure(error, "kernel failed to bind to the device: ");
+    return {};
+  }
+
+  Binding& find_binding(const json::object& command) {
+    auto it = bindings_.find(detail::int_field(command, "binding"));
+    if (it == bindings_.end())
+      throw WireError("unknown binding");
+    return it->second;
+  }
+
+  // Maps the trusted worker's shared tensors and builds the keval_arg array over them.
+  json::object bind_args(const json::object& command) {
+    const int64_t id = detail::int_field(command, "binding");
+    const json::array& described = detail::array_field(command, "args");
+    json::array tensor_descriptions;
+    for (const auto& a : described)
+      if (a.is_object() && a.as_object().contains("tensor"))
+        tensor_descriptions.push_back(a.as_object().at("tensor"));
+    std::vector<SharedTensorHandle> handles = detail::read_shared(tensor_descriptions, channel_);
+    Binding binding;
+    binding.names.reserve(described.size());
+    binding.strings.reserve(described.size());
+    size_t next_tensor = 0;
+    for (const auto& value : described) {
+      if (!value.is_object())
+        throw WireError("an argument is not an object");
+      const json::object& a = value.as_object();
+      keval_arg arg{};
+      arg.struct_size = sizeof arg;
+      binding.names.push_back(detail::string_field(a, "name"));
+      arg.name = binding.names.back().c_str();
+      arg.kind = static_cast<int32_t>(detail::int_field(a, "kind"));
+      arg.role = static_cast<int32_t>(detail::int_field(a, "role"));
+      arg.is_meta = detail::bool_field(a, "is_meta") ? 1 : 0;
+      switch (arg.kind) {
+      case KEVAL_ARG_TENSOR:
+        binding.tensors.push_back(engine_->open_shared(std::move(handles.at(next_tensor++))));
+        arg.tensor = &binding.tensors.back()->dl();
+        break;
+      case KEVAL_ARG_INT:
+      case KEVAL_ARG_BOOL:
+        arg.int_value = detail::int_field(a, "int_value");
+        break;
+      case KEVAL_ARG_FLOAT:
+        arg.float_value = detail::number_field(a, "float_value");
+        break;
+      case KEVAL_ARG_STR:
+        binding.strings.push_back(detail::string_field(a, "str_value"));
+        arg.str_value = binding.strings.back().c_str();
+        break;
+      default:
+        throw WireError("an argument has an unknown kind");
+      }
+      binding.args.push_back(arg);
+    }
+    bindings_[id] = std::move(binding);
+    return {};
+  }
+
+  // Runs the kernel once and waits for it. Tensors the plugin returned are copied into shared
+  // buffers for the trusted worker (kept until the next command).
+  json::object launch(Binding& binding, std::vector<int>& fds) {
+    std::vector<ManagedTensor> owned = launch_once(binding);
+    engine_->synchronize();
+    json::array outputs;
+    for (auto& t : owned) {
+      returned_.push_back(engine_->clone(t->dl_tensor, Sharing::shared));
+      outputs.push_back(detail::describe_shared(*returned_.back(), fds));
+    }
+    if (fds.size() > protocol::kMaxFdsPerFrame)
+      throw CommandError{"runtime_error", "kernel returned too many tensors", {}};
+    json::object reply;
+    if (plugin_->has(KEVAL_CAP_RETURNS_OUTPUTS))
+      reply["outputs"] = std::move(outputs);
+    return reply;
+  }
+
+  std::vector<ManagedTensor> launch_once(Binding& binding) {
+    const bool returns = plugin_->has(KEVAL_CAP_RETURNS_OUTPUTS);
+    std::vector<keval_dl_managed_tensor*> returned(returns ? kMaxOutputs : 0);
+    size_t num_returned = 0;
+    keval_launch_args args{};
+    args.struct_size = sizeof args;
+    args.args = binding.args.data();
+    args.num_args = binding.args.size();
+    args.stream = engine_->stream();
+    if (returns) {
+      args.outputs = returned.data();
+      args.max_outputs = returned.size();
+      args.num_outputs = &num_returned;
+    }
+    PluginError error(plugin_->api(), plugin_->api().launch(kernel_, &args));
+    std::vector<ManagedTensor> owned;
+    for (size_t i = 0; i < num_returned && i < returned.size(); ++i)
+      owned.emplace_back(returned[i]);
+    if (error)
+      throw plugin_failure(error, "kernel failed: ");
+    return owned;
+  }
+
+  json::object default_inputs(uint64_t seed, std::vector<int>& fds) {
+    std::vector<keval_dl_managed_tensor*> produced(kMaxOutputs, nullptr);
+    size_t count = 0;
+    keval_default_inputs_args args{};
+    args.struct_size = sizeof args;
+    args.device = engine_->device();
+    args.stream = engine_->stream();
+    args.seed = seed;
+    args.inputs = produced.data();
+    args.max_inputs = produced.size();
+    args.num_inputs = &count;
+    if (plugin_->api().default_inputs == nullptr)
+      throw CommandError{"unsupported", "this kernel type cannot produce default inputs", {}};
+    PluginError error(plugin_->api(), plugin_->api().default_inputs(kernel_, &args));
+    std::vector<ManagedTensor> owned;
+    for (size_t i = 0; i < count && i < produced.size(); ++i)
+      owned.emplace_back(produced[i]);
+    if (error)
+      throw plugin_failure(error, "producing default inputs failed: ");
+    json::array tensors;
+    for (auto& t : owned) {
+      returned_.push_back(engine_->clone(t->dl_tensor, Sharing::shared));
+      tensors.push_back(detail::describe_shared(*returned_.back(), fds));
+    }
+    json::object reply;
+    reply["tensors"] = std::move(tensors);
+    return reply;
+  }
+
+  json::object make_timer(Binding& binding) {
+    // Returned outputs are released right after each launch; for graph replay the launch runs
+    // once, at capture.
+    binding.timer = engine_->make_timer([this, &binding] { launch_once(binding); });
+    json::object reply;
+    reply["method"] = binding.timer->method();
+    return reply;
+  }
+
+  json::object sample(Binding& binding) {
+    if (!binding.timer)
+      throw WireError("'sample' before 'timer'");
+    const double ms = binding.timer->sample();
+    engine_->synchronize();
+    json::object reply;
+    reply["ms"] = ms;
+    return reply;
+  }
+
+  static constexpr size_t kMaxOutputs = 64;
+
+  protocol::BlockingChannel channel_;
+  std::map<std::string, std::unique_ptr<LoadedPlugin>> plugins_;
+  LoadedPlugin* plugin_ = nullptr;
+  LoadedPlugin* companion_plugin_ = nullptr;
+  keval_kernel* companion_ = nullptr;
+  // Declared before what lives on the device: destroyed after it.
+  std::unique_ptr<Engine> engine_;
+  keval_kernel* kernel_ = nullptr;
+  std::map<int64_t, Binding> bindings_;
+  std::vector<std::unique_ptr<Tensor>> returned_;
+#ifdef KEVAL_HAVE_CUDA
+  EngineOpener opener_;
+#endif
+};
+
+} // namespace
+
+int run_runner(int channel_fd, const std::vector<std::string>& prewarm) {
+  try {
+    Runner runner(channel_fd);
+    json::object hello;
+    hello["isolation"] = isolation::restrict_user_code_process();
+    runner.prewarm(prewarm, hello);
+    runner.hello(std::move(hello));
+    runner.serve();
+    return 0;
+  } catch (const std::exception& e) {
+    spdlog::error("keval runner failed: {}", e.what());
+    return 1;
+  }
+}
+
+} // namespace keval::worker

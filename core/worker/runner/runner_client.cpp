@@ -1,0 +1,186 @@
+#include "worker/runner/runner_client.hpp"
+
+#include "worker/isolation/isolation.hpp"
+#include "worker/runner/runner_protocol.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <system_error>
+#include <thread>
+
+#include <boost/json/serialize.hpp>
+#include <boost/json/value_to.hpp>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace keval::worker {
+
+namespace json = boost::json;
+
+std::unique_ptr<RunnerClient> RunnerClient::spawn(const std::filesystem::path& worker_exe,
+                                                  const std::vector<std::string>& prewarm) {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+    throw std::system_error(errno, std::generic_category(), "socketpair");
+  std::vector<std::string> args{"--runner", "--channel-fd", "3"};
+  for (const auto& plugin : prewarm) {
+    args.emplace_back("--prewarm");
+    args.push_back(plugin);
+  }
+  pid_t pid = -1;
+  try {
+    pid = isolation::spawn_with_channel(worker_exe, args, fds[1]);
+  } catch (...) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw;
+  }
+  ::close(fds[1]);
+  return std::unique_ptr<RunnerClient>(new RunnerClient(pid, fds[0]));
+}
+
+RunnerClient::RunnerClient(pid_t pid, int fd)
+    : pid_(pid), channel_(std::make_unique<protocol::BlockingChannel>(
+                     fd, "runner", runner_msg::kMaxRunnerFrameBytes)) {}
+
+RunnerClient::~RunnerClient() {
+  if (!reaped_) {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+bool RunnerClient::ok(const json::object& reply) {
+  const json::value* v = reply.if_contains("ok");
+  return v != nullptr && v->is_bool() && v->as_bool();
+}
+
+RunnerError RunnerClient::error_of(const json::object& reply) {
+  RunnerError e{"runtime_error", "the kernel's process reported a failure without a message", {}};
+  const json::value* error = reply.if_contains("error");
+  if (error == nullptr || !error->is_object())
+    return e;
+  const auto text = [&](const char* key, std::string& out) {
+    const json::value* v = error->as_object().if_contains(key);
+    if (v != nullptr && v->is_string())
+      out = std::string(v->as_string());
+  };
+  text("type", e.type);
+  text("message", e.message);
+  text("details", e.details);
+  return e;
+}
+
+// After the channel broke: how the runner ended. A runner that closed its channel but lives on
+// (user code can do that) is killed; its status then says SIGKILL and the message says why.
+std::string RunnerClient::wait_for_exit() {
+  if (reaped_)
+    return "had already ended";
+  int status = 0;
+  for (int i = 0; i < 200; ++i) { // up to 200 ms for a process that is on its way out
+    const pid_t done = ::waitpid(pid_, &status, WNOHANG);
+    if (done == pid_) {
+      reaped_ = true;
+      return isolation::describe_wait_status(status);
+    }
+    if (done < 0 && errno != EINTR) {
+      reaped_ = true;
+      return "ended";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ::kill(pid_, SIGKILL);
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  reaped_ = true;
+  return "closed its channel to keval and was killed";
+}
+
+void RunnerClient::fail(const std::string& doing, const std::string& problem) {
+  throw RunnerFailure(side_ + " kernel's process " + problem + " while " + doing);
+}
+
+json::object RunnerClient::await_hello() {
+  try {
+    json::object hello = channel_->receive();
+    if (hello.at("type") != runner_msg::kHello)
+      fail("starting", "sent something other than its hello");
+    return hello;
+  } catch (const protocol::ProtocolError&) {
+    fail("starting", wait_for_exit());
+  } catch (const std::system_error&) {
+    fail("starting", wait_for_exit());
+  } catch (const std::exception& e) {
+    fail("starting", std::string("sent a broken hello: ") + e.what());
+  }
+}
+
+json::object RunnerClient::call(json::object command, const std::string& doing,
+                                const std::vector<int>& fds) {
+  const std::string type(command.at("type").as_string());
+  const int64_t seq = send(std::move(command), doing, fds);
+  return reply(type, seq, doing);
+}
+
+int64_t RunnerClient::send(json::object command, const std::string& doing,
+                           const std::vector<int>& fds) {
+  channel_->drop_unclaimed_fds(); // whatever a runner sent beyond what it announced
+  const int64_t seq = next_seq_++;
+  command["seq"] = seq;
+  try {
+    channel_->send(std::move(command), fds);
+  } catch (const std::system_error&) {
+    fail(doing, wait_for_exit());
+  }
+  return seq;
+}
+
+json::object RunnerClient::reply(const std::string& type, int64_t seq, const std::string& doing) {
+  json::object reply;
+  try {
+    reply = channel_->receive();
+  } catch (const protocol::ProtocolError& e) {
+    const std::string what = e.what();
+    if (what.find("closed the channel") != std::string::npos)
+      fail(doing, wait_for_exit());
+    fail(doing, "sent an invalid message (" + what + ")");
+  } catch (const std::system_error&) {
+    fail(doing, wait_for_exit());
+  }
+  const json::value* kind = reply.if_contains("type");
+  const json::value* answered = reply.if_contains("for");
+  const json::value* echoed = reply.if_contains("seq");
+  if (kind == nullptr || *kind != runner_msg::kReply || answered == nullptr ||
+      *answered != type.c_str() || echoed == nullptr || !echoed->is_int64() ||
+      echoed->as_int64() != seq)
+    fail(doing, "sent a reply out of turn (" + json::serialize(reply).substr(0, 200) + ")");
+  return reply;
+}
+
+void RunnerClient::post(json::object command) {
+  command["seq"] = next_seq_++;
+  try {
+    channel_->send(std::move(command));
+  } catch (const std::exception&) {
+    // A runner that is gone needs no more commands; the next call() reports it.
+  }
+}
+
+void RunnerClient::stop() {
+  if (reaped_)
+    return;
+  json::object exit;
+  exit["type"] = runner_msg::kExit;
+  post(std::move(exit));
+  ::kill(pid_, SIGKILL); // whatever it still does is of no use: the job is over
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  reaped_ = true;
+}
+
+} // namespace keval::worker

@@ -1,0 +1,82 @@
+// The trusted worker's handle on one runner: starts it, asks it things, and turns whatever it
+// does instead of answering (dies, closes its channel, sends garbage or a reply out of turn) into
+// a RunnerFailure that names the side, which the pipeline reports as that side's failure.
+#pragma once
+
+#include "protocol/blocking_channel.hpp"
+
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <boost/json/object.hpp>
+#include <sys/types.h>
+
+namespace keval::worker {
+
+// The runner did not answer as the protocol says. `what()` says how, for the result
+// ("custom kernel's process exited with code 0 while launching").
+class RunnerFailure : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+// A command the runner answered with {ok: false, error}.
+struct RunnerError {
+  std::string type, message, details;
+};
+
+class RunnerClient {
+public:
+  // Starts `worker_exe --runner --channel-fd 3 [--prewarm PLUGIN]...`. `side` names it in
+  // errors ("custom", "ref"). Throws std::system_error when it cannot be started.
+  static std::unique_ptr<RunnerClient> spawn(const std::filesystem::path& worker_exe,
+                                             const std::vector<std::string>& prewarm);
+  ~RunnerClient(); // kills the runner if it is still there
+  RunnerClient(const RunnerClient&) = delete;
+  RunnerClient& operator=(const RunnerClient&) = delete;
+
+  void set_side(std::string side) { side_ = std::move(side); }
+  const std::string& side() const { return side_; }
+  pid_t pid() const { return pid_; }
+
+  // The runner's hello (sent before any user code loads, so it can be believed). Throws
+  // RunnerFailure.
+  boost::json::object await_hello();
+
+  // Sends `command` (its "type" set) with `fds` and returns the reply's object. A reply with
+  // ok=false is returned too; the caller reads its error with error_of(). Throws RunnerFailure.
+  // `doing` describes the step for errors ("launching").
+  boost::json::object call(boost::json::object command, const std::string& doing,
+                           const std::vector<int>& fds = {});
+  // call() in two halves, so that several runners work at once (both sides compile, bind their
+  // device, ... side by side): send() returns the sequence number that reply() waits for.
+  int64_t send(boost::json::object command, const std::string& doing,
+               const std::vector<int>& fds = {});
+  boost::json::object reply(const std::string& type, int64_t seq, const std::string& doing);
+  // Sends without waiting for an answer (unbind, exit).
+  void post(boost::json::object command);
+  // Descriptors that came with the last reply.
+  protocol::BlockingChannel& channel() { return *channel_; }
+
+  static bool ok(const boost::json::object& reply);
+  static RunnerError error_of(const boost::json::object& reply);
+
+  // Tells the runner to exit and reaps it (killing it if it does not go at once).
+  void stop();
+
+private:
+  RunnerClient(pid_t pid, int fd);
+  [[noreturn]] void fail(const std::string& doing, const std::string& problem);
+  std::string wait_for_exit();
+
+  pid_t pid_;
+  bool reaped_ = false;
+  std::string side_ = "runner";
+  std::unique_ptr<protocol::BlockingChannel> channel_;
+  int64_t next_seq_ = 1;
+};
+
+} // namespace keval::worker

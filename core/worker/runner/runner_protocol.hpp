@@ -1,0 +1,50 @@
+// The channel between the trusted keval-worker and a runner: the process that loads one side's
+// plugin and runs its user code (the reference's or the candidate's), and nothing else.
+//
+// The trusted worker asks, the runner answers. Every command carries a sequence number that the
+// reply echoes under "for"/"seq"; a reply that does not match is a broken runner. What a runner
+// answers after user code has run (from `compile` on) is data the trusted worker checks, never a
+// verdict: outputs are compared there, inputs re-checked there, times bounded there.
+//
+//   runner:  hello           {pid, isolation{...}, prewarmed[], prewarm_errors[]}   (no user code
+//   yet) trusted: load            {plugin}                   -> {manifest{kernel_type,
+//   capabilities}} trusted: compile         {source_code, metadata, io, work_dir, cuda_arch, side}
+//                                                       -> {time_ms, info?} | error
+//   trusted: companion       {plugin, source_code, metadata, io, work_dir, cuda_arch}
+//                                                       -> {}  (the reference's source, compiled
+//                            as side "ref" in the candidate's runner before the candidate's own:
+//                            KernelBench keeps get_inputs/get_init_inputs there only)
+//   trusted: bind            {device{type, index}}      -> {}  (the runner opens its own context)
+//   trusted: args            {binding, args[...]} + fds -> {}  (tensors: its shared buffers)
+//   trusted: launch          {binding}                  -> {outputs[...]} + fds (returned ones)
+//   trusted: default_inputs  {seed}                     -> {tensors[...]} + fds
+//   trusted: timer           {binding}                  -> {method}
+//   trusted: sample          {binding}                  -> {ms}
+//   trusted: unbind          {binding}                  -> {}
+//   trusted: exit            {}                         (no reply; the runner exits)
+//
+// A failed command answers {ok: false, error{type, message, details}}; type "device_error" means
+// the kernel broke its device.
+#pragma once
+
+namespace keval::worker::runner_msg {
+
+inline constexpr const char* kHello = "hello";
+inline constexpr const char* kReply = "reply";
+
+inline constexpr const char* kLoad = "load";
+inline constexpr const char* kCompile = "compile";
+inline constexpr const char* kCompanion = "companion";
+inline constexpr const char* kBind = "bind";
+inline constexpr const char* kArgs = "args";
+inline constexpr const char* kLaunch = "launch";
+inline constexpr const char* kDefaultInputs = "default_inputs";
+inline constexpr const char* kTimer = "timer";
+inline constexpr const char* kSample = "sample";
+inline constexpr const char* kUnbind = "unbind";
+inline constexpr const char* kExit = "exit";
+
+// Frames between the two carry descriptions and summaries, never tensor data.
+inline constexpr size_t kMaxRunnerFrameBytes = 64u << 20;
+
+} // namespace keval::worker::runner_msg

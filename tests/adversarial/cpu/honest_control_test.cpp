@@ -1,0 +1,36 @@
+// Honest controls: KernelBench's baseline (ModelNew = Model) against the same reference the
+// attacks use is correct through the CLI and through the daemon, so isolation raises no false
+// flags and the attacks' failures are theirs.
+#include "adversarial_support.hpp"
+
+namespace keval::test::adversarial {
+namespace {
+
+using HonestControl = TorchAttack;
+
+TEST_F(HonestControl, ModelNewEqualsModelIsCorrectThroughTheCli) {
+  TempDir tmp;
+  const auto run = run_cli(relu_compare(source("honest_model_new.py"), unique_id("honest-cli")),
+                           tmp.path() / "state");
+  EXPECT_EQ(run.exit_code, 0) << describe(run);
+  EXPECT_TRUE(run.stdout_is_result) << describe(run);
+  EXPECT_TRUE(correctness(run.body)) << describe(run);
+  EXPECT_TRUE(speedup(run.body).has_value()) << describe(run);
+}
+
+TEST_F(HonestControl, ModelNewEqualsModelIsCorrectThroughTheDaemon) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ready()) << daemon.log();
+  const std::string id = unique_id("honest-daemon");
+  const auto r = daemon.post("/compare", relu_compare(source("honest_model_new.py"), id));
+  ASSERT_EQ(r.status, 200u) << r.body();
+  const auto body = body_of(r);
+  EXPECT_EQ(text(body.at("job_id")), id);
+  EXPECT_TRUE(correctness(body)) << r.body();
+  EXPECT_TRUE(speedup(body).has_value()) << r.body();
+  const auto view = daemon.wait_finished(id);
+  EXPECT_EQ(text(view.at("status")), "completed") << shown(view);
+}
+
+} // namespace
+} // namespace keval::test::adversarial

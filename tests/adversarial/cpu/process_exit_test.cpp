@@ -1,0 +1,54 @@
+// Ending the process is no way to pass: os._exit(0) inside forward or while the source loads,
+// SystemExit(0) and sys.exit(0) each end the job with the kernel failed (the CLI's exit code 1),
+// never with a success, and the daemon goes on serving.
+#include "adversarial_support.hpp"
+
+namespace keval::test::adversarial {
+namespace {
+
+class ProcessExit : public TorchAttack, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ProcessExit, IsAKernelFailure) {
+  TempDir tmp;
+  const auto run =
+      run_cli(relu_compare(source(GetParam()), unique_id("exit")), tmp.path() / "state");
+  ASSERT_FALSE(run.body.empty()) << describe(run);
+  expect_cli_kernel_failure(run, "the kernel failed");
+  EXPECT_FALSE(speedup(run.body).has_value()) << shown(run.body);
+}
+
+INSTANTIATE_TEST_SUITE_P(Candidates, ProcessExit,
+                         ::testing::Values("exit_in_forward.py", "exit_at_import.py",
+                                           "systemexit_in_forward.py", "sys_exit_in_forward.py"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           name = name.substr(0, name.find('.'));
+                           std::erase(name, '_');
+                           return name;
+                         });
+
+using ProcessExitUnderTheDaemon = TorchAttack;
+
+TEST_F(ProcessExitUnderTheDaemon, IsAKernelFailureAndTheDaemonGoesOnServing) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.ready()) << daemon.log();
+  for (const char* candidate : {"exit_in_forward.py", "exit_at_import.py"}) {
+    SCOPED_TRACE(candidate);
+    const std::string id = unique_id("exit-daemon");
+    const auto r = daemon.post("/compare", relu_compare(source(candidate), id));
+    EXPECT_EQ(r.status, 200u) << "a kernel failure, not keval's: " << r.body();
+    const auto body = body_of(r);
+    EXPECT_EQ(text(body.at("job_id")), id) << r.body();
+    expect_genuine_failure(body);
+    std::string health;
+    EXPECT_TRUE(daemon.serves_health(&health)) << health;
+  }
+  // And it still runs jobs: the honest baseline is correct.
+  const std::string id = unique_id("after-exit");
+  const auto r = daemon.post("/compare", relu_compare(source("honest_model_new.py"), id));
+  ASSERT_EQ(r.status, 200u) << r.body();
+  EXPECT_TRUE(correctness(body_of(r))) << r.body();
+}
+
+} // namespace
+} // namespace keval::test::adversarial

@@ -1,0 +1,132 @@
+// The adversarial cases that need a GPU: a cuda kernel that scans device memory near its own
+// buffers for the reference's output and copies it, a torch_cuda ModelNew that finds the
+// reference's model through the garbage collector, and a Triton source that forges the protocol
+// frames at import time. Each must end with the candidate failed. Skipped, with the reason,
+// without a usable CUDA device (and the Python ones without torch or Triton).
+#include "adversarial_support.hpp"
+
+#include "cuda/driver.hpp"
+
+namespace keval::test::adversarial {
+namespace {
+
+// Why no CUDA device is usable here, or "" when one is.
+const std::string& no_device_reason() {
+  static const std::string reason = [] {
+    std::string why;
+    return cuda::usable_device_count(&why) > 0 ? std::string() : why;
+  }();
+  return reason;
+}
+
+// "" when the embedded interpreter imports `module`, else why not.
+std::string python_problem(const std::string& module) {
+  const char* chosen = std::getenv("KEVAL_PYTHON");
+  const std::string python =
+      chosen != nullptr && chosen[0] != '\0' ? chosen : KEVAL_TEST_PYTHON_EXECUTABLE;
+  if (python.empty())
+    return "keval was built without Python";
+  const auto r = supervisor::run_command(python, {"-c", "import " + module}, 120s);
+  return r.exit_code && *r.exit_code == 0 ? std::string()
+                                          : python + " cannot import " + module + ": " + r.err;
+}
+
+class GpuAttack : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!no_device_reason().empty())
+      GTEST_SKIP() << "no CUDA device: " << no_device_reason();
+  }
+  // Skips unless the plugin of `type` was built (and, for Python types, `module` imports).
+  void require(const std::string& type, const std::string& module = {}) {
+    if (built_registry().find(type) == nullptr)
+      GTEST_SKIP() << "the " << type << " plugin was not built";
+    if (!module.empty()) {
+      const auto problem = python_problem(module);
+      if (!problem.empty())
+        GTEST_SKIP() << problem;
+    }
+  }
+};
+
+constexpr int64_t kN = 4096; // small: the buffers share the 2 MiB pages the scan reads
+
+// A float32 tensor argument of kN elements; randn with `seed` unless it is an output.
+json::object tensor_arg(const char* name, const char* role, int seed = 0) {
+  json::object spec{{"shape", json::array{kN}}, {"dtype", "float32"}};
+  if (seed != 0)
+    spec["init"] = json::object{{"kind", "randn"}, {"seed", seed}};
+  return json::object{{"name", name}, {"type", "tensor"}, {"role", role}, {"tensor_spec", spec}};
+}
+
+json::value vector_add_io() {
+  return json::object{
+      {"args", json::array{tensor_arg("x", "input", 1), tensor_arg("y", "input", 2),
+                           tensor_arg("out", "output"),
+                           json::object{{"name", "n"}, {"type", "int"}, {"value", kN}}}},
+      {"launch",
+       json::object{{"grid", json::object{{"x", kN / 256}}}, {"block", json::object{{"x", 256}}}}}};
+}
+
+json::value relu_triton_io() {
+  return json::object{
+      {"args", json::array{tensor_arg("x_ptr", "input", 3), tensor_arg("out_ptr", "output"),
+                           json::object{{"name", "n_elements"}, {"type", "int"}, {"value", kN}},
+                           json::object{{"name", "BLOCK_SIZE"},
+                                        {"type", "int"},
+                                        {"value", 1024},
+                                        {"is_meta", true}}}},
+      {"launch", json::object{{"grid", json::object{{"x", kN / 1024}}}, {"num_warps", 4}}}};
+}
+
+TEST_F(GpuAttack, CudaKernelScanningDeviceMemoryFindsNoReferenceOutput) {
+  require("cuda");
+  TempDir tmp;
+  const auto request = compare_request(
+      kernel("cuda", source("reference_vector_add.cu"), vector_add_io()),
+      kernel("cuda", source("scan_device_memory.cu"), vector_add_io()), unique_id("scan"));
+  const auto run = run_cli(request, tmp.path() / "state");
+  ASSERT_FALSE(run.body.empty()) << describe(run);
+  expect_cli_kernel_failure(run,
+                            "the candidate writes zeros unless it finds the reference's output");
+}
+
+TEST_F(GpuAttack, TorchCudaModelFoundThroughTheGarbageCollectorIsNotTheReference) {
+  require("torch", "torch");
+  require("torch_cuda");
+  TempDir tmp;
+  const auto run =
+      run_cli(relu_compare(source("gc_reference.py"), unique_id("gc-torch-cuda"), "torch_cuda"),
+              tmp.path() / "state");
+  ASSERT_FALSE(run.body.empty()) << describe(run);
+  expect_cli_kernel_failure(run, "the candidate returns its input");
+}
+
+TEST_F(GpuAttack, TritonSourceForgingFramesAtImportMakesNoVerdict) {
+  require("torch", "torch");
+  require("triton", "triton");
+  TempDir tmp;
+  const auto request =
+      compare_request(kernel("torch", source("reference_relu.py")),
+                      kernel("triton", source("triton_forge_frames.py"), relu_triton_io(),
+                             json::object{{"kernel_name", "relu_kernel"}}),
+                      unique_id("forge-triton"));
+  const auto run = run_cli(request, tmp.path() / "state");
+  ASSERT_FALSE(run.body.empty()) << describe(run);
+  expect_cli_kernel_failure(run, "the kernel failed");
+}
+
+// The honest control on the GPU: the cuda reference against itself is correct.
+TEST_F(GpuAttack, HonestCudaControlIsCorrect) {
+  require("cuda");
+  TempDir tmp;
+  const auto request = compare_request(
+      kernel("cuda", source("reference_vector_add.cu"), vector_add_io()),
+      kernel("cuda", source("reference_vector_add.cu"), vector_add_io()), unique_id("honest-cuda"));
+  const auto run = run_cli(request, tmp.path() / "state");
+  EXPECT_EQ(run.exit_code, 0) << describe(run);
+  EXPECT_TRUE(correctness(run.body)) << describe(run);
+}
+
+} // namespace
+} // namespace keval::test::adversarial

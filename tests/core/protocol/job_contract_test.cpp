@@ -1,0 +1,117 @@
+#include "protocol/frame.hpp"
+#include "protocol/job_contract.hpp"
+
+#include <gtest/gtest.h>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+namespace keval::protocol {
+namespace {
+
+namespace json = boost::json;
+
+json::object parse(const char* text) {
+  return json::parse(text).as_object();
+}
+
+TEST(JobContract, ReportsRoundTripThroughJson) {
+  CompileReport compiled;
+  compiled.ok = true;
+  SideCompile side;
+  side.kernel_type = "torch";
+  side.ok = true;
+  side.time_ms = 12.5;
+  side.info = json::object{{"target", "method"}};
+  side.isolation = {{"no_new_privs", true}};
+  compiled.custom = side;
+  const CompileReport back = json::value_to<CompileReport>(json::value_from(compiled));
+  ASSERT_TRUE(back.custom.has_value());
+  EXPECT_FALSE(back.ref.has_value());
+  EXPECT_EQ(back.custom->kernel_type, "torch");
+  EXPECT_DOUBLE_EQ(back.custom->time_ms, 12.5);
+  EXPECT_EQ(back.custom->isolation.at("no_new_privs").as_bool(), true);
+
+  ProfileReport profiled;
+  profiled.ok = true;
+  profiled.method = "cuda_graph";
+  profiled.ref = SideTiming{2, 0.1, 1.9, 2.2, 2, 2.1, 2.2, 100, "cuda_graph", 4};
+  profiled.custom = SideTiming{1, 0.1, 0.9, 1.2, 1, 1.1, 1.2, 100, "cuda_graph", 3};
+  profiled.speedup = 2.0;
+  const ProfileReport p = json::value_to<ProfileReport>(json::value_from(profiled));
+  EXPECT_EQ(p.custom->count, 100);
+  EXPECT_EQ(p.ref->warmup_runs, 4);
+  EXPECT_DOUBLE_EQ(*p.speedup, 2.0);
+
+  ValidationReport failed;
+  failed.error = ErrorInfo{"mismatch", "trial 0: output 0: 3 of 4 elements differ", ""};
+  failed.failed_side = "custom";
+  const ValidationReport v = json::value_to<ValidationReport>(json::value_from(failed));
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.error->type, "mismatch");
+  EXPECT_EQ(v.failed_side, "custom");
+}
+
+TEST(JobContract, MessagesAreCheckedAsTheyAreRead) {
+  EXPECT_TRUE(std::holds_alternative<Done>(parse_worker_message(parse(R"({"type":"done"})"))));
+  const auto need =
+      parse_worker_message(parse(R"({"type":"need_device","device_types":["cuda","cpu"]})"));
+  ASSERT_TRUE(std::holds_alternative<NeedDevice>(need));
+  EXPECT_EQ(std::get<NeedDevice>(need).device_types.size(), 2u);
+
+  // A phase must carry the report its name says, with the types the contract gives it.
+  EXPECT_THROW(parse_worker_message(parse(R"({"type":"phase","phase":"validated","result":{}})")),
+               ProtocolError);
+  EXPECT_THROW(
+      parse_worker_message(parse(R"({"type":"phase","phase":"validated","result":{"ok":"yes"}})")),
+      ProtocolError);
+  EXPECT_THROW(
+      parse_worker_message(parse(R"({"type":"phase","phase":"judged","result":{"ok":true}})")),
+      ProtocolError);
+  EXPECT_THROW(
+      parse_worker_message(parse(
+          R"({"type":"phase","phase":"profiled","result":{"ok":true,"custom":{"mean":"fast"}}})")),
+      ProtocolError);
+  EXPECT_THROW(parse_worker_message(parse(R"({"type":"need_device","device_types":[1]})")),
+               ProtocolError);
+  EXPECT_THROW(parse_worker_message(parse(R"({"type":"grant"})")), ProtocolError);
+  EXPECT_NO_THROW(
+      parse_worker_message(parse(R"({"type":"phase","phase":"validated","result":{"ok":false,
+                 "error":{"type":"mismatch","message":"m"}}})")));
+}
+
+TEST(JobContract, FramesCarryWhatTheyWereBuiltFrom) {
+  JobFrame job;
+  job.job_id = "abc";
+  job.mode = "compare";
+  job.request = {{"num_trials", 3}};
+  job.plugins["torch"] = "/p/libtorch.so";
+  job.work_dir = "/w";
+  job.cuda_arch = 90;
+  job.seed = UINT64_MAX; // above int64: must survive
+  const JobFrame back = parse_job_frame(to_frame(job));
+  EXPECT_EQ(back.seed, UINT64_MAX);
+  EXPECT_EQ(back.plugins.at("torch"), "/p/libtorch.so");
+  EXPECT_EQ(back.cuda_arch, 90);
+
+  const Grant none = parse_grant(parse(R"({"type":"grant","error":"no GPU"})"));
+  EXPECT_EQ(none.error, "no GPU");
+  const Grant gpu = parse_grant(parse(R"({"type":"grant","device":{"type":"cuda","index":1}})"));
+  EXPECT_EQ(gpu.device_type, "cuda");
+  EXPECT_EQ(gpu.index, 1);
+
+  const WorkerMessage hello = Hello{"1.0", 42, {{"subreaper", true}}, {}, {}, std::nullopt};
+  const auto parsed = parse_worker_message(to_frame(hello));
+  EXPECT_EQ(std::get<Hello>(parsed).pid, 42);
+}
+
+TEST(JobContract, StagesOnlyMoveForward) {
+  EXPECT_TRUE(can_follow(JobStage::starting, JobStage::compiling));
+  EXPECT_TRUE(can_follow(JobStage::waiting_for_device, JobStage::waiting_for_device));
+  EXPECT_TRUE(can_follow(JobStage::compiling, JobStage::exiting));
+  EXPECT_FALSE(can_follow(JobStage::profiling, JobStage::validating));
+  EXPECT_STREQ(stage_name(JobStage::waiting_for_device), "waiting_for_device");
+}
+
+} // namespace
+} // namespace keval::protocol
