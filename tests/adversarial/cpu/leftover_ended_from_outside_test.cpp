@@ -33,7 +33,9 @@ TEST_F(LeftoverAfterTheJobEnds, ATimeoutEndsEveryProcessOfTheJob) {
   fs::create_directories(pid_dir);
   const auto candidate = source("leftover_then_hang.py", {{"PID_DIR", pid_dir.string()}});
   json::object request = relu_compare(candidate, unique_id("leftover-timeout"));
-  request["timeout"] = 3;
+  // Long enough for the candidate's import (torch, and CUDA on a GPU machine) to have run; the
+  // forward then hangs until the timeout ends the job.
+  request["timeout"] = 12;
   const auto run = run_cli(request, tmp.path() / "state");
   const auto pids = recorded_pids(pid_dir, run.body);
   const auto alive = still_alive(pids);
