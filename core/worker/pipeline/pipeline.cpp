@@ -1,5 +1,6 @@
 #include "worker/pipeline/pipeline.hpp"
 
+#include "common/log.hpp"
 #include "protocol/job_contract.hpp"
 #include "request/parse.hpp"
 #include "tensor/generate.hpp"
@@ -117,8 +118,10 @@ private:
     cuda_probe_ = std::async(std::launch::async, probe_cuda);
 #endif
     start_runners();
+    step("runners started");
     if (needs_cuda()) {
       probe_cuda_once();
+      step("CUDA probed");
 #ifdef KEVAL_HAVE_CUDA
       if (cuda_usable_)
         opener_.start(); // this process's device, opened while the sides compile
@@ -126,24 +129,38 @@ private:
     }
     if (!compile_all())
       return;
+    step("compiled");
     if (!acquire_device())
       return;
+    step("granted");
     // The runners open their contexts and bind while this process opens its own: side by side.
     const std::vector<int64_t> binding = send_binds();
     engine_ = open_engine();
+    step("engine open");
     if (!engine_ || !finish_binds(binding))
       return;
-    if (validate())
+    step("bound");
+    if (validate()) {
+      step("validated");
       profile();
+      step("profiled");
+    }
+  }
+
+  // Where a job's time goes inside the worker, for KEVAL_LOG_LEVEL=debug.
+  void step(const char* what) {
+    spdlog::debug("job {}: {} at {:.1f} ms", job_.job_id, what, ms_since(started_));
   }
 
   // Every process the job started ends before the host hears `done`: the runners, and whatever
   // their user code left behind (setsid, double forks), which was reparented to us.
   void stop_runners() {
+    step("stopping");
     for (auto& side : sides_)
       if (side->runner)
         side->runner->stop();
     isolation::kill_descendants();
+    step("every process of the job ended");
   }
   // ---------------------------------------------------------------------------------------
   // Plugins and compilation (before any device is held)
@@ -818,6 +835,7 @@ private:
   json::object granted_;
   int64_t next_binding_ = 1;
   int64_t companion_seq_ = 0;
+  Clock::time_point started_ = Clock::now();
 #ifdef KEVAL_HAVE_CUDA
   std::future<CudaAvailability> cuda_probe_;
   EngineOpener opener_;
