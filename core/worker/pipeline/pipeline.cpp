@@ -120,12 +120,11 @@ private:
     start_runners();
     step("runners started");
     if (needs_cuda()) {
+#ifdef KEVAL_HAVE_CUDA
+      opener_.start(); // this process's device, opened while the probe runs and the sides compile
+#endif
       probe_cuda_once();
       step("CUDA probed");
-#ifdef KEVAL_HAVE_CUDA
-      if (cuda_usable_)
-        opener_.start(); // this process's device, opened while the sides compile
-#endif
     }
     if (!compile_all())
       return;
@@ -154,8 +153,16 @@ private:
 
   // Every process the job started ends before the host hears `done`: the runners, and whatever
   // their user code left behind (setsid, double forks), which was reparented to us.
+  //
+  // A process with a device context takes tens of milliseconds to die (the driver tears the
+  // context down), so the runners are all killed first, this process releases its own context
+  // while they die, and only then are they reaped.
   void stop_runners() {
     step("stopping");
+    for (auto& side : sides_)
+      if (side->runner)
+        side->runner->kill();
+    engine_.reset();
     for (auto& side : sides_)
       if (side->runner)
         side->runner->stop();

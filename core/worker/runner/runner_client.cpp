@@ -170,13 +170,15 @@ void RunnerClient::post(json::object command) {
   }
 }
 
+void RunnerClient::kill() {
+  if (!reaped_)
+    ::kill(pid_, SIGKILL); // whatever it still does is of no use: the job is over
+}
+
 void RunnerClient::stop() {
   if (reaped_)
     return;
-  json::object exit;
-  exit["type"] = runner_msg::kExit;
-  post(std::move(exit));
-  ::kill(pid_, SIGKILL); // whatever it still does is of no use: the job is over
+  kill();
   int status = 0;
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }

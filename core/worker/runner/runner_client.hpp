@@ -64,7 +64,9 @@ public:
   static bool ok(const boost::json::object& reply);
   static RunnerError error_of(const boost::json::object& reply);
 
-  // Tells the runner to exit and reaps it (killing it if it does not go at once).
+  // Kills the runner (SIGKILL) without waiting for it.
+  void kill();
+  // Kills the runner and reaps it.
   void stop();
 
 private:
