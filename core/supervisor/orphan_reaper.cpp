@@ -2,7 +2,7 @@
 
 #include "common/log.hpp"
 #include "supervisor/owned_children.hpp"
-#include "supervisor/process_tree.hpp"
+#include "common/process_tree.hpp"
 
 #include <cerrno>
 #include <csignal>

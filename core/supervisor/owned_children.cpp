@@ -1,6 +1,6 @@
 #include "supervisor/owned_children.hpp"
 
-#include "supervisor/process_tree.hpp"
+#include "common/process_tree.hpp"
 
 #include <mutex>
 #include <shared_mutex>

@@ -1,7 +1,7 @@
 #include "daemon/detail/peer_check.hpp"
 
 #include "supervisor/owned_children.hpp"
-#include "supervisor/process_tree.hpp"
+#include "common/process_tree.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -36,7 +36,7 @@ std::optional<std::string> job_process_refusal(pid_t peer, pid_t self) {
                                  " (a job's process)";
       if (pid <= 1)
         return std::nullopt;
-      const auto stat = supervisor::read_proc_stat(pid);
+      const auto stat = read_proc_stat(pid);
       if (!stat) {
         if (pid == peer)
           return who + " exited before it could be checked";

@@ -9,6 +9,7 @@
 #include "worker/cuda/detail/device_session.hpp"
 #include "worker/cuda/detail/device_view.hpp"
 #include "worker/engine/detail/shared_host_memory.hpp"
+#include "worker/engine/detail/tensor_bytes.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -33,14 +34,7 @@ const cuda::DriverApi& api() {
 }
 
 size_t checked_nbytes(DType dtype, const std::vector<int64_t>& shape) {
-  size_t bytes = request::dtype_size(dtype);
-  for (int64_t extent : shape) {
-    if (extent < 0)
-      throw std::invalid_argument("allocate: negative dimension " + std::to_string(extent));
-    if (__builtin_mul_overflow(bytes, static_cast<size_t>(extent), &bytes))
-      throw std::invalid_argument("allocate: tensor size overflows");
-  }
-  return bytes;
+  return detail::tensor_bytes(dtype, shape);
 }
 
 // "13.0" from the driver's 13000.

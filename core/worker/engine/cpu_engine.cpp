@@ -5,6 +5,7 @@
 #include "tensor/host_tensor.hpp"
 #include "tensor/poison.hpp"
 #include "worker/engine/detail/shared_host_memory.hpp"
+#include "worker/engine/detail/tensor_bytes.hpp"
 
 #include <chrono>
 #include <cstring>
@@ -48,17 +49,6 @@ private:
   mutable keval_dl_tensor view_{};
 };
 
-size_t compact_bytes(request::DType dtype, const std::vector<int64_t>& shape) {
-  size_t bytes = request::dtype_size(dtype);
-  for (int64_t extent : shape) {
-    if (extent < 0)
-      throw std::invalid_argument("allocate: negative dimension " + std::to_string(extent));
-    if (__builtin_mul_overflow(bytes, static_cast<size_t>(extent), &bytes))
-      throw std::invalid_argument("allocate: tensor size overflows");
-  }
-  return bytes;
-}
-
 // CPU kernels run synchronously inside launch(): the wall clock around it is the kernel's time.
 class WallClockTimer final : public Timer {
 public:
@@ -96,7 +86,7 @@ public:
                                    Sharing sharing) override {
     if (sharing == Sharing::shared)
       return std::make_unique<CpuSharedTensor>(
-          dtype, shape, detail::SharedHostMemory::create(compact_bytes(dtype, shape)));
+          dtype, shape, detail::SharedHostMemory::create(detail::tensor_bytes(dtype, shape)));
     return std::make_unique<CpuTensor>(tensor::HostTensor::empty(dtype, shape));
   }
 
@@ -110,7 +100,7 @@ public:
   }
 
   void upload(Tensor& t, const std::vector<uint8_t>& bytes) override {
-    const size_t nbytes = compact_bytes(t.dtype(), t.shape());
+    const size_t nbytes = detail::tensor_bytes(t.dtype(), t.shape());
     if (bytes.size() != nbytes)
       throw std::invalid_argument("upload of " + std::to_string(bytes.size()) +
                                   " bytes into a tensor of " + std::to_string(nbytes));

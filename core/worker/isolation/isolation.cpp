@@ -1,14 +1,12 @@
 #include "worker/isolation/isolation.hpp"
 
+#include "common/process_tree.hpp"
+
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <dirent.h>
 #include <fcntl.h>
-#include <fstream>
 #include <linux/capability.h>
-#include <set>
-#include <sstream>
 #include <system_error>
 #include <thread>
 
@@ -49,53 +47,6 @@ bool drop_capabilities(json::array& errors) {
     ok = false;
   }
   return ok;
-}
-
-std::set<pid_t> children_of_self() {
-  std::set<pid_t> children;
-  const std::string tasks = "/proc/self/task";
-  DIR* dir = ::opendir(tasks.c_str());
-  bool read_any = false;
-  if (dir != nullptr) {
-    while (dirent* entry = ::readdir(dir)) {
-      if (entry->d_name[0] == '.')
-        continue;
-      std::ifstream file(tasks + "/" + entry->d_name + "/children");
-      if (!file)
-        continue;
-      read_any = true;
-      pid_t pid = 0;
-      while (file >> pid)
-        children.insert(pid);
-    }
-    ::closedir(dir);
-  }
-  if (read_any)
-    return children;
-  // Kernels without CONFIG_PROC_CHILDREN: every process whose parent is us.
-  const pid_t self = ::getpid();
-  dir = ::opendir("/proc");
-  if (dir == nullptr)
-    return children;
-  while (dirent* entry = ::readdir(dir)) {
-    char* end = nullptr;
-    const long pid = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0')
-      continue;
-    std::ifstream stat("/proc/" + std::string(entry->d_name) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const size_t close = text.rfind(')'); // the name may hold spaces and parentheses
-    if (close == std::string::npos)
-      continue;
-    std::istringstream rest(text.substr(close + 1));
-    std::string state;
-    pid_t parent = 0;
-    rest >> state >> parent;
-    if (parent == self)
-      children.insert(static_cast<pid_t>(pid));
-  }
-  ::closedir(dir);
-  return children;
 }
 
 } // namespace
@@ -143,7 +94,7 @@ size_t kill_descendants() {
   // Each round ends the current children; their children become ours for the next. A process
   // forking as fast as it can still loses: its parent dies each round. Bounded all the same.
   for (int round = 0; round < 10000; ++round) {
-    const std::set<pid_t> children = children_of_self();
+    const std::vector<pid_t> children = children_of_self();
     if (children.empty())
       break;
     for (pid_t pid : children)

@@ -4,7 +4,7 @@
 #include "supervisor/orphan_reaper.hpp"
 #include "supervisor/owned_children.hpp"
 #include "supervisor/process.hpp"
-#include "supervisor/process_tree.hpp"
+#include "common/process_tree.hpp"
 #include "support/test_env.hpp"
 
 #include <algorithm>

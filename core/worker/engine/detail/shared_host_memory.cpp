@@ -1,6 +1,6 @@
 #include "worker/engine/detail/shared_host_memory.hpp"
 
-#include "request/model.hpp"
+#include "worker/engine/detail/tensor_bytes.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -94,13 +94,7 @@ void read_shared(int fd, void* out, size_t bytes) {
 }
 
 size_t checked_shared_bytes(const SharedTensorHandle& handle) {
-  size_t bytes = request::dtype_size(handle.dtype);
-  for (int64_t extent : handle.shape) {
-    if (extent < 0)
-      throw std::invalid_argument("a shared tensor has a negative extent");
-    if (__builtin_mul_overflow(bytes, static_cast<size_t>(extent), &bytes))
-      throw std::invalid_argument("a shared tensor's size overflows");
-  }
+  const size_t bytes = tensor_bytes(handle.dtype, handle.shape, "a shared tensor");
   if (bytes > handle.bytes)
     throw std::invalid_argument("a shared tensor needs " + std::to_string(bytes) +
                                 " bytes but was exported with " + std::to_string(handle.bytes));

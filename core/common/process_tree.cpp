@@ -1,4 +1,4 @@
-#include "supervisor/process_tree.hpp"
+#include "common/process_tree.hpp"
 
 #include <cerrno>
 #include <charconv>
@@ -11,7 +11,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-namespace keval::supervisor {
+namespace keval {
 
 namespace {
 
@@ -124,4 +124,4 @@ std::vector<pid_t> children_of_self() {
   return children;
 }
 
-} // namespace keval::supervisor
+} // namespace keval

@@ -1,5 +1,6 @@
-// What the host reads of the process tree in /proc: a process's parent and start time, and the
-// host's own children.
+// What keval reads of the process tree in /proc: a process's parent and start time, and this
+// process's own children. The host uses it to find adopted orphans and job processes; the trusted
+// worker to end every descendant of a job.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,7 @@
 
 #include <sys/types.h>
 
-namespace keval::supervisor {
+namespace keval {
 
 struct ProcStat {
   pid_t parent = 0;
@@ -23,4 +24,4 @@ std::optional<ProcStat> read_proc_stat(pid_t pid);
 // field of every /proc/<pid>/stat. A snapshot: children come and go meanwhile.
 std::vector<pid_t> children_of_self();
 
-} // namespace keval::supervisor
+} // namespace keval
