@@ -3,6 +3,7 @@
 #include "common/log.hpp"
 #include "daemon/job_record.hpp"
 #include "job/job_runner.hpp"
+#include "protocol/job_contract.hpp"
 #include "result/response.hpp"
 #include "store/job_store.hpp"
 #include "supervisor/orphan_reaper.hpp"
@@ -55,11 +56,11 @@ double number_field(const json::object& o, const char* key) {
   return v != nullptr && v->is_number() ? v->to_number<double>() : 0.0;
 }
 
-supervisor::SessionOutcome cancelled(std::string message, std::string stage) {
+supervisor::SessionOutcome cancelled(std::string message, protocol::JobStage stage) {
   supervisor::SessionOutcome outcome;
   outcome.end = End::cancelled;
   outcome.message = std::move(message);
-  outcome.stage = std::move(stage);
+  outcome.stage = stage;
   return outcome;
 }
 
@@ -137,7 +138,7 @@ public:
         store_.remove(id);
         continue;
       }
-      job->stage = "done";
+      job->stage = protocol::JobStage::done;
       job->finished = true;
       job->http_status = record_http_status(record);
       jobs_.emplace(id, std::move(job));
@@ -227,7 +228,7 @@ public:
       s.jobs_by_status[status] = 0;
     for (const auto& [id, job] : jobs_) {
       ++s.jobs_by_status[job->status];
-      if (job->stage == "waiting_for_device")
+      if (job->stage == protocol::JobStage::waiting_for_device)
         ++s.waiting_for_device;
     }
     s.queued = pending_.size();
@@ -270,7 +271,8 @@ public:
       }
     }
     if (unstarted)
-      finish(unstarted, cancelled("job cancelled by the client before it started", "queued"));
+      finish(unstarted, cancelled("job cancelled by the client before it started",
+                                  protocol::JobStage::queued));
     return CancelResult::cancelling;
   }
 
@@ -302,7 +304,7 @@ private:
     std::string id;
     std::string mode;
     std::string status = "submitted";
-    std::string stage = "queued";
+    protocol::JobStage stage = protocol::JobStage::queued;
     std::shared_ptr<const request::EvalRequest> request; // until the final record is written
     std::optional<std::string> gpu_type;
     result::JobRecord record; // phases and outcome, until the final record is written
@@ -343,7 +345,7 @@ private:
     if (with_request)
       s.request = job->request;
     s.status = job->status;
-    s.fields["stage"] = job->stage;
+    s.fields["stage"] = protocol::stage_name(job->stage);
     s.fields["submitted_at"] = time_or_null(job->submitted_at);
     s.fields["started_at"] = time_or_null(job->started_at);
     s.fields["finished_at"] = time_or_null(job->finished_at);
@@ -406,9 +408,10 @@ private:
           r.phases[name] = result.as_object();
     const std::string was = string_field(record, "status");
     // A restart is keval's failure, never the kernel's: reported like a cancellation (HTTP 500).
-    r.outcome = cancelled("the daemon stopped while this job was " + was +
-                              "; it was interrupted by the restart (completed phases are kept)",
-                          string_field(record, "stage"));
+    r.outcome = cancelled(
+        "the daemon stopped while this job was " + was +
+            "; it was interrupted by the restart (completed phases are kept)",
+        protocol::parse_stage(string_field(record, "stage")).value_or(protocol::JobStage::queued));
     static const json::object no_request;
     const auto* request = record.if_contains("request");
     json::object out = job::record_json(
@@ -416,7 +419,7 @@ private:
     for (const char* key : {"submitted_at", "started_at", "device"})
       if (const auto* v = record.if_contains(key))
         out[key] = *v;
-    out["stage"] = "done";
+    out["stage"] = protocol::stage_name(protocol::JobStage::done);
     out["finished_at"] = now;
     out["http_status"] = result::http_status(result::build_response(r).verdict);
     out["interrupted"] = true;
@@ -436,7 +439,8 @@ private:
         job->ending = true; // out of the queue: nobody else may start or cancel it now
     }
     for (auto& job : unstarted)
-      finish(job, cancelled("the daemon shut down before this job started", "queued"));
+      finish(job,
+             cancelled("the daemon shut down before this job started", protocol::JobStage::queued));
     {
       std::lock_guard lock(mutex_);
       if (running_ > 0) {
@@ -473,13 +477,13 @@ private:
         update(job, [&](Job& j) {
           cancelled_before_start = j.cancel_reason;
           j.status = "compiling";
-          j.stage = "compiling";
+          j.stage = protocol::JobStage::compiling;
           j.started_at = unix_now();
         });
         if (cancelled_before_start.empty())
           launch(job);
         else
-          finish(job, cancelled(cancelled_before_start, "starting"));
+          finish(job, cancelled(cancelled_before_start, protocol::JobStage::starting));
       });
   }
 
@@ -493,7 +497,7 @@ private:
       supervisor::SessionOutcome failed;
       failed.end = End::spawn_failed;
       failed.message = std::string("cannot prepare the job: ") + e.what();
-      failed.stage = "starting";
+      failed.stage = protocol::JobStage::starting;
       finish(job, std::move(failed));
       return;
     }
@@ -533,15 +537,15 @@ private:
       j.status = job::status_after_phase(name);
       if (name == "compiled") {
         stats_.compiled(result);
-        j.stage = "compiled";
+        j.stage = protocol::JobStage::compiled;
         j.granted_clock = Clock::now(); // until a grant: a worker may fail before asking
       } else if (name == "validated") {
         stats_.validated(result, ms_since(j.granted_clock));
-        j.stage = "profiling";
+        j.stage = protocol::JobStage::profiling;
         j.validated_clock = Clock::now();
       } else if (name == "profiled") {
         stats_.profiled(result, ms_since(j.validated_clock));
-        j.stage = "finishing";
+        j.stage = protocol::JobStage::finishing;
       }
     });
   }
@@ -550,7 +554,7 @@ private:
                       std::function<void(json::object)> grant) {
     {
       std::lock_guard lock(mutex_);
-      job->stage = "waiting_for_device";
+      job->stage = protocol::JobStage::waiting_for_device;
     }
     DeviceWish wish{types, job->gpu_type, arch};
     const auto ticket = devices_.acquire(
@@ -560,7 +564,7 @@ private:
             job->granted_clock = Clock::now();
             if (!decision.type.empty()) {
               job->device = decision;
-              job->stage = "validating";
+              job->stage = protocol::JobStage::validating;
             }
           }
           grant(decision.to_protocol());
@@ -580,7 +584,7 @@ private:
       const result::Verdict verdict = result::build_response(j.record).verdict;
       j.ending = true;
       j.status = job::final_status(verdict);
-      j.stage = "done";
+      j.stage = protocol::JobStage::done;
       j.http_status = result::http_status(verdict);
       j.finished_at = unix_now();
       stats_.finished(verdict, j.record.outcome->end, ms_since(j.submitted_clock));

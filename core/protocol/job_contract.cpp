@@ -80,14 +80,23 @@ template <class T> void put(json::object& o, const char* key, const std::optiona
     o[key] = json::value_from(*value);
 }
 
-constexpr std::array<const char*, 7> kStageNames = {"starting",   "compiling", "waiting_for_device",
-                                                    "validating", "profiling", "finishing",
-                                                    "exiting"};
+// In JobStage's order.
+constexpr std::array<const char*, 10> kStageNames = {
+    "queued",     "starting",  "compiling", "compiled", "waiting_for_device",
+    "validating", "profiling", "finishing", "exiting",  "done"};
+static_assert(kStageNames.size() == static_cast<size_t>(JobStage::done) + 1);
 
 } // namespace
 
 const char* stage_name(JobStage stage) {
   return kStageNames[static_cast<size_t>(stage)];
+}
+
+std::optional<JobStage> parse_stage(std::string_view name) {
+  for (size_t i = 0; i < kStageNames.size(); ++i)
+    if (name == kStageNames[i])
+      return static_cast<JobStage>(i);
+  return std::nullopt;
 }
 
 bool can_follow(JobStage from, JobStage to) {

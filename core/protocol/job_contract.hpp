@@ -30,16 +30,20 @@ namespace keval::protocol {
 // Stages: where a job is, as the host sees it. Each message moves it forward, never back.
 
 enum class JobStage {
+  queued,             // accepted, no worker yet (the daemon's queue)
   starting,           // the worker is starting (or prewarming)
   compiling,          // the job was sent; both sides compile
-  waiting_for_device, // compiled; waiting for a grant
+  compiled,           // the compile phase arrived
+  waiting_for_device, // the worker asked for a device
   validating,         // granted; correctness trials
   profiling,          // validated; timing
   finishing,          // profiled; the worker ends every process of the job
   exiting,            // done received; waiting for the worker to exit
+  done,               // the job's record is final
 };
 
 const char* stage_name(JobStage stage);
+std::optional<JobStage> parse_stage(std::string_view name);
 // True when a job may move from `from` to `to` (forward only; a stage may repeat).
 bool can_follow(JobStage from, JobStage to);
 

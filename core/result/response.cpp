@@ -85,7 +85,7 @@ json::object worker_json(const supervisor::SessionOutcome& o) {
     w["exit_code"] = *o.exit_code;
   if (o.signal)
     w["signal"] = *o.signal;
-  w["stage"] = o.stage;
+  w["stage"] = protocol::stage_name(o.stage);
   return w;
 }
 

@@ -391,7 +391,7 @@ private:
     timer_.cancel();
 
     SessionOutcome outcome;
-    outcome.stage = protocol::stage_name(stage_);
+    outcome.stage = stage_;
     outcome.exit_code = exit_code_;
     outcome.signal = signal_;
     outcome.stdout_text = out_.text();

@@ -3,6 +3,7 @@
 // Everything happens on the io_context's thread(s) through one strand, so handlers never race.
 #pragma once
 
+#include "protocol/job_contract.hpp"
 #include "supervisor/process.hpp"
 
 #include <chrono>
@@ -48,7 +49,7 @@ struct SessionOutcome {
   };
   End end = End::completed;
   std::string message; // human description for every end but completed
-  std::string stage;   // what the worker was doing when it ended ("compiling", ...)
+  protocol::JobStage stage = protocol::JobStage::starting; // what the worker was doing then
   std::optional<int> exit_code;
   std::optional<int> signal;
   std::string stdout_text, stderr_text;
