@@ -32,6 +32,15 @@ std::string errno_text(const char* what) {
 // regain capabilities by exec (no_new_privs).
 bool drop_capabilities(json::array& errors) {
   bool ok = true;
+  // A process holding no capability (an ordinary user) cannot drop the bounding set, and needs
+  // not: with no_new_privs no exec can grant it any.
+  __user_cap_header_struct query{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct held[_LINUX_CAPABILITY_U32S_3] = {};
+  const bool holds_none = ::syscall(SYS_capget, &query, held) == 0 && held[0].permitted == 0 &&
+                          held[1].permitted == 0 && held[0].effective == 0 &&
+                          held[1].effective == 0;
+  if (holds_none && ::prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1)
+    return true;
   for (int cap = 0; cap <= CAP_LAST_CAP; ++cap)
     if (::prctl(PR_CAPBSET_READ, cap, 0, 0, 0) > 0 && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 &&
         errno != EINVAL) {
