@@ -71,9 +71,10 @@ TEST_F(DaemonSockets, KernelHoldsOnlyItsOwnDescriptors) {
                      address->as_string() == daemon_socket)
             << "the kernel holds a socket on the daemon's address: " << shown_entry;
       }
-      if (!path.empty() && path.front() == '/' && under(fs::path(path), state))
+      if (!path.empty() && path.front() == '/' && under(fs::path(path), state)) {
         EXPECT_TRUE(under(fs::path(path), own_work_dir))
             << "the kernel holds a file of the daemon's state directory: " << shown_entry;
+      }
     }
     // Its channel, and whatever it made itself: never another job's or the daemon's (checked
     // above by inode).
