@@ -5,6 +5,8 @@
 #include "request/parse.hpp"
 #include "tensor/generate.hpp"
 #include "tensor/stats.hpp"
+#include "worker/engine/detail/shared_host_memory.hpp"
+#include "worker/engine/detail/tensor_bytes.hpp"
 #include "worker/engine/engine.hpp"
 #include "worker/isolation/isolation.hpp"
 #include "worker/pipeline/arguments.hpp"
@@ -51,6 +53,13 @@ protocol::ErrorInfo error_json(const std::string& type, const std::string& messa
 
 // The error type of a side whose process died, closed its channel, or answered out of turn.
 constexpr const char* kProcessFailed = "process_failed";
+
+// Bounds on the bytes a runner's reply may make the trusted worker copy (see copy_from_runner):
+// the reference is the client's own; the candidate gets twice the reference's outputs, at least
+// kMinOutputBudget, and kWithoutReference where there is no reference (evaluate, or inputs).
+constexpr uint64_t kUnlimited = UINT64_MAX;
+constexpr uint64_t kMinOutputBudget = 1ull << 20;
+constexpr uint64_t kWithoutReference = 16ull << 30;
 
 // A kernel failure while validating or profiling: the kernel's fault, reported as a result.
 struct KernelFailure {
@@ -471,8 +480,8 @@ private:
     Side* reference = ref();
     std::optional<Launched> expected;
     if (reference != nullptr)
-      expected = launch_checked(*reference, inputs);
-    Launched actual = launch_checked(custom(), inputs);
+      expected = launch_checked(*reference, inputs, kUnlimited);
+    Launched actual = launch_checked(custom(), inputs, output_budget(expected));
     if (!expected) {
       t["passed"] = true;
       t["outputs"] = actual.outputs.size();
@@ -507,11 +516,12 @@ private:
   // Launches one side on clones of the trial's inputs in its runner, waits, takes private copies
   // of its outputs (out of its reach before they are compared), and checks that its read-only
   // inputs are untouched. Throws KernelFailure.
-  Launched launch_checked(Side& side, const InputSet& inputs) {
+  // `budget` bounds the bytes of the tensors the side may return (see output_budget).
+  Launched launch_checked(Side& side, const InputSet& inputs, uint64_t budget) {
     RemoteBinding binding = bind_remote(side, inputs);
     binding.binder->poison_outputs(*engine_);
     engine_->synchronize(); // the runner's context sees only finished work of ours
-    std::vector<std::unique_ptr<Tensor>> returned = launch_remote(binding);
+    std::vector<std::unique_ptr<Tensor>> returned = launch_remote(binding, budget);
     Launched launched;
     if (side.returns_outputs()) {
       launched.copies = std::move(returned);
@@ -551,7 +561,7 @@ private:
   }
 
   // Runs the bound launch once in the runner and returns private copies of what it returned.
-  std::vector<std::unique_ptr<Tensor>> launch_remote(RemoteBinding& binding) {
+  std::vector<std::unique_ptr<Tensor>> launch_remote(RemoteBinding& binding, uint64_t budget) {
     Side& side = *binding.side;
     json::object launch;
     launch["type"] = runner_msg::kLaunch;
@@ -561,29 +571,55 @@ private:
     std::vector<std::unique_ptr<Tensor>> copies;
     if (!side.returns_outputs())
       return copies;
-    copies = copy_from_runner(side, reply, "outputs", "returning its outputs");
+    copies = copy_from_runner(side, reply, "outputs", "returning its outputs", budget);
     return copies;
   }
 
   // Private copies of the tensors a runner described under `key` and sent with its reply.
   std::vector<std::unique_ptr<Tensor>> copy_from_runner(Side& side, const json::object& reply,
-                                                        const char* key, const char* doing) {
+                                                        const char* key, const char* doing,
+                                                        uint64_t budget) {
+    const auto unusable = [&](const std::string& why) {
+      return KernelFailure{side.name, error_json(kProcessFailed, side.name +
+                                                                     " kernel's process sent "
+                                                                     "unusable tensors while " +
+                                                                     doing + ": " + why)};
+    };
     std::vector<std::unique_ptr<Tensor>> copies;
     try {
       std::vector<SharedTensorHandle> handles =
           detail::read_shared(detail::array_field(reply, key), side.runner->channel());
+      // Sized before anything is copied: a process that runs user code must not make this one
+      // allocate what it likes (an out-of-memory death here would read as keval's failure).
+      uint64_t total = 0;
+      for (const auto& handle : handles)
+        if (__builtin_add_overflow(total, detail::checked_shared_bytes(handle), &total))
+          total = UINT64_MAX;
+      if (total > budget)
+        throw unusable(std::to_string(total) + " bytes, more than the " + std::to_string(budget) +
+                       " its outputs may take" +
+                       (budget == kWithoutReference ? "" : " (twice the reference's)"));
       for (auto& handle : handles)
         copies.push_back(engine_->copy_shared(std::move(handle)));
-    } catch (const std::invalid_argument& e) {
-      throw KernelFailure{side.name, error_json(kProcessFailed, side.name + " kernel's process " +
-                                                                    "sent unusable tensors while " +
-                                                                    doing + ": " + e.what())};
-    } catch (const protocol::ProtocolError& e) {
-      throw KernelFailure{side.name, error_json(kProcessFailed, side.name + " kernel's process " +
-                                                                    "sent unusable tensors while " +
-                                                                    doing + ": " + e.what())};
+    } catch (const KernelFailure&) {
+      throw;
+    } catch (const std::exception& e) {
+      // invalid_argument (a descriptor that does not hold what it claims), ProtocolError (fewer
+      // descriptors than announced), a device error copying it: all the side's doing.
+      throw unusable(e.what());
     }
     return copies;
+  }
+
+  // What the candidate may return: twice the bytes the reference returned (a dtype twice as wide
+  // still reaches the comparison, which says what differs), else kWithoutReference.
+  static uint64_t output_budget(const std::optional<Launched>& expected) {
+    if (!expected)
+      return kWithoutReference;
+    uint64_t total = 0;
+    for (const auto& copy : expected->copies)
+      total += detail::tensor_bytes(copy->dtype(), copy->shape());
+    return std::max<uint64_t>(2 * total, kMinOutputBudget);
   }
 
   // The error a runner reported. Once user code has run in the candidate's runner, what it says
@@ -662,7 +698,8 @@ private:
       throw KernelFailure{provider.name, error_json(e.type, e.message, e.details)};
     }
     InputSet inputs = InputSet::from_tensors(
-        copy_from_runner(provider, reply, "tensors", "producing default inputs"));
+        copy_from_runner(provider, reply, "tensors", "producing default inputs",
+                         &provider == ref() ? kUnlimited : kWithoutReference));
     // Default inputs can hold values besides tensors (get_inputs() returning sizes): the plugin
     // learns where they go when it produces the inputs, so the candidate's runner produces them
     // once too (from the reference's get_inputs, see needs_companion) and they are dropped.
