@@ -10,6 +10,7 @@
 #include "daemon/device_discovery.hpp"
 #include "daemon/device_pool.hpp"
 #include "daemon/job_manager.hpp"
+#include "protocol/frame.hpp"
 #include "registry/registry.hpp"
 #include "supervisor/orphan_reaper.hpp"
 
@@ -81,6 +82,10 @@ void run_event_loop(asio::io_context& ioc) {
 } // namespace
 
 int serve(const ServeOptions& options) {
+  if (options.max_body_bytes > protocol::kMaxRequestInJobFrame)
+    throw ServeOptionError("--max-body-bytes may be at most " +
+                           std::to_string(protocol::kMaxRequestInJobFrame) +
+                           " (a request travels to its worker in one frame)");
   // Peers that vanish mid-response must cost a write error, not the process (workers restore the
   // default disposition before exec).
   std::signal(SIGPIPE, SIG_IGN);

@@ -18,7 +18,8 @@ constexpr size_t kMaxQueuedFds = 4 * kMaxFdsPerFrame;
 } // namespace
 
 BlockingChannel::BlockingChannel(int fd, std::string peer, size_t max_frame_bytes)
-    : fd_(fd), peer_(std::move(peer)), decoder_(max_frame_bytes) {}
+    : fd_(fd), peer_(std::move(peer)), max_frame_bytes_(max_frame_bytes),
+      decoder_(max_frame_bytes) {}
 
 BlockingChannel::~BlockingChannel() {
   if (fd_ >= 0)
@@ -28,7 +29,7 @@ BlockingChannel::~BlockingChannel() {
 void BlockingChannel::send(boost::json::object message, const std::vector<int>& fds) {
   if (fds.size() > kMaxFdsPerFrame)
     throw std::invalid_argument("too many descriptors for one frame");
-  const std::string frame = encode_frame(std::move(message));
+  const std::string frame = encode_frame(std::move(message), max_frame_bytes_);
   size_t written = 0;
   bool fds_sent = fds.empty();
   while (written < frame.size()) {

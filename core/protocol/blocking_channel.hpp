@@ -30,7 +30,8 @@ public:
   BlockingChannel(const BlockingChannel&) = delete;
   BlockingChannel& operator=(const BlockingChannel&) = delete;
 
-  // Sends one message, with `fds` attached (at most kMaxFdsPerFrame; they stay open here).
+  // Sends one message, with `fds` attached (at most kMaxFdsPerFrame; they stay open here). A
+  // message over the channel's frame cap throws ProtocolError.
   // Throws std::system_error when the peer is gone.
   void send(boost::json::object message, const std::vector<int>& fds = {});
   // Blocks for the next message; throws ProtocolError on garbage or end of stream.
@@ -44,6 +45,7 @@ public:
 private:
   int fd_;
   std::string peer_;
+  size_t max_frame_bytes_; // both ways
   FrameDecoder decoder_;
   std::deque<UniqueFd> fds_;
 };

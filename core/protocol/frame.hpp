@@ -20,6 +20,12 @@ inline constexpr size_t kHeaderBytes = 8;
 inline constexpr char kMagic[4] = {'K', 'E', 'V', '1'};
 // Frames carry summaries, never tensors; anything bigger is garbage or abuse.
 inline constexpr size_t kDefaultMaxFrameBytes = 8u << 20;
+// The one exception: the host's `job` frame carries the whole request, inline tensor data
+// included, so it may be as large as the largest request body the host accepts (64 MiB by
+// default; `keval serve --max-body-bytes` may not exceed kMaxRequestInJobFrame) plus the frame's
+// own fields.
+inline constexpr size_t kMaxJobFrameBytes = 272u << 20;
+inline constexpr size_t kMaxRequestInJobFrame = 256u << 20;
 
 // The peer sent something that is not a valid frame. The channel is unusable afterwards.
 class ProtocolError : public std::runtime_error {

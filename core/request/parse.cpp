@@ -114,6 +114,18 @@ std::string parse_source_code(const json::value& value, const std::string& path,
   if (source.size() > limits.max_source_bytes)
     throw RequestError(path, "is " + std::to_string(source.size()) + " bytes, over the limit of " +
                                  std::to_string(limits.max_source_bytes) + " bytes");
+  // Compilers, interpreters and the C ABI (a NUL-terminated string) would each see the source end
+  // there: the kernel that ran would be a prefix of the one sent.
+  if (const size_t nul = source.find('\0'); nul != std::string_view::npos) {
+    const size_t line =
+        1 + static_cast<size_t>(std::count(source.begin(), source.begin() + nul, '\n'));
+    const size_t line_start = source.rfind('\n', nul == 0 ? 0 : nul - 1);
+    const size_t column =
+        line_start == std::string_view::npos || nul == 0 ? nul + 1 : nul - line_start;
+    throw RequestError(path, "contains a NUL byte at offset " + std::to_string(nul) + " (line " +
+                                 std::to_string(line) + ", column " + std::to_string(column) +
+                                 "): source code cannot contain NUL");
+  }
   return std::string(source);
 }
 

@@ -246,11 +246,11 @@ private:
     job.work_dir = launch_.work_dir.string();
     job.cuda_arch = launch_.cuda_arch;
     job.seed = launch_.seed;
-    send(protocol::to_frame(job));
+    send(protocol::to_frame(job), protocol::kMaxJobFrameBytes);
   }
 
-  void send(json::object message) {
-    writes_.push_back(protocol::encode_frame(std::move(message)));
+  void send(json::object message, size_t max_bytes = protocol::kDefaultMaxFrameBytes) {
+    writes_.push_back(protocol::encode_frame(std::move(message), max_bytes));
     if (writes_.size() == 1)
       write_next();
   }

@@ -200,7 +200,8 @@ int serve_one_job(int fd, const std::vector<std::string>& prewarm_paths) {
   // This process decides the verdict and never runs user code: nothing of another process may
   // read or write it, and whatever the runners leave behind is reparented to it and ended.
   const boost::json::object layers = keval::worker::isolation::protect_trusted_process();
-  keval::protocol::BlockingChannel channel(fd);
+  // Frames from the host are summaries but for the job, which carries the whole request.
+  keval::protocol::BlockingChannel channel(fd, "host", keval::protocol::kMaxJobFrameBytes);
   try {
     Runners runners(std::filesystem::read_symlink("/proc/self/exe"));
     keval::protocol::Hello hello;

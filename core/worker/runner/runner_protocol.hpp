@@ -27,6 +27,8 @@
 // the kernel broke its device.
 #pragma once
 
+#include "protocol/frame.hpp"
+
 namespace keval::worker::runner_msg {
 
 inline constexpr const char* kHello = "hello";
@@ -44,7 +46,8 @@ inline constexpr const char* kSample = "sample";
 inline constexpr const char* kUnbind = "unbind";
 inline constexpr const char* kExit = "exit";
 
-// Frames between the two carry descriptions and summaries, never tensor data.
-inline constexpr size_t kMaxRunnerFrameBytes = 64u << 20;
+// Frames between the two carry descriptions and summaries, never tensor data, but for `compile`:
+// it carries the side's IOContract, inline tensor data included, as the host's job frame does.
+inline constexpr size_t kMaxRunnerFrameBytes = protocol::kMaxJobFrameBytes;
 
 } // namespace keval::worker::runner_msg

@@ -14,6 +14,8 @@
 
 #include <dlfcn.h>
 
+#include <boost/beast/core/detail/base64.hpp>
+
 namespace keval::test::python {
 namespace {
 
@@ -158,6 +160,25 @@ TEST_F(PythonRuntimeJob, KevalPythonThatDoesNotExistIsKevalsFailure) {
   EXPECT_EQ(r.verdict, Verdict::infrastructure) << json::serialize(r.body);
   EXPECT_TRUE(contains(text(r.body.at("error").at("message")), "KEVAL_PYTHON=/nonexistent"))
       << json::serialize(r.body);
+}
+
+TEST_F(PythonRuntimeJob, ARequestWithTwelveMebibytesOfInlineTensorDataRuns) {
+  // The job frame carries the whole request to the worker: its cap must not be below the body
+  // limit (this request's JSON is about 16 MiB, twice the cap of every other frame).
+  const size_t n = 3u << 20; // float32: 12 MiB, incompressible enough to send uncompressed
+  std::vector<float> values(n);
+  for (size_t i = 0; i < n; ++i)
+    values[i] = static_cast<float>((i * 2654435761u) % 1000) * 0.25f;
+  std::string b64(boost::beast::detail::base64::encoded_size(n * sizeof(float)), '\0');
+  b64.resize(boost::beast::detail::base64::encode(b64.data(), values.data(), n * sizeof(float)));
+  const std::string io = R"({"args": [{"name": "x", "type": "tensor", "tensor_spec": {"shape": [)" +
+                         std::to_string(n) + R"(], "dtype": "float32", "data": {"data_b64": ")" +
+                         b64 + R"("}}}]})";
+  const auto r = run_request(evaluate(kernel("torch", "def f(x):\n    return x * 2\n",
+                                             {{"function_name", "f"}}, io.c_str()),
+                                      2),
+                             false, built_registry());
+  EXPECT_EQ(r.verdict, Verdict::success) << json::serialize(r.body).substr(0, 4000);
 }
 
 TEST_F(PythonRuntimeJob, UserOutputDoesNotBreakTheJob) {
