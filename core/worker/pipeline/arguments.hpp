@@ -27,14 +27,6 @@ struct ManagedTensorDeleter {
 };
 using ManagedTensor = std::unique_ptr<keval_dl_managed_tensor, ManagedTensorDeleter>;
 
-// A plugin call outside launch failed (default_inputs). `type` is the error code's name.
-struct PluginCallError : std::runtime_error {
-  PluginCallError(std::string type_, const std::string& message, std::string details_)
-      : std::runtime_error(message), type(std::move(type_)), details(std::move(details_)) {}
-  std::string type;
-  std::string details;
-};
-
 // One trial's pristine inputs. Never handed to a kernel directly: kernels get clones.
 class InputSet {
 public:

@@ -746,7 +746,7 @@ private:
     std::vector<Timed> timed;
     try {
       for (auto& side : sides_) {
-        Timed t{side.get(), bind_remote(*side, inputs)};
+        Timed t{side.get(), bind_remote(*side, inputs), {}, {}, 0};
         json::object timer;
         timer["type"] = runner_msg::kTimer;
         timer["binding"] = t.binding.id;

@@ -102,13 +102,11 @@ public:
     channel_.send(std::move(hello));
   }
 
-  // Serves commands until `exit` or the end of the channel.
+  // Serves commands until the trusted worker closes the channel or kills this process.
   void serve() {
     for (;;) {
       json::object command = channel_.receive();
       const std::string type = detail::string_field(command, "type");
-      if (type == runner_msg::kExit)
-        return;
       if (type == runner_msg::kUnbind) { // posted: no reply
         bindings_.erase(detail::int_field(command, "binding"));
         continue;

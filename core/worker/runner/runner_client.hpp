@@ -56,7 +56,7 @@ public:
   int64_t send(boost::json::object command, const std::string& doing,
                const std::vector<int>& fds = {});
   boost::json::object reply(const std::string& type, int64_t seq, const std::string& doing);
-  // Sends without waiting for an answer (unbind, exit).
+  // Sends without waiting for an answer (unbind).
   void post(boost::json::object command);
   // Descriptors that came with the last reply.
   protocol::BlockingChannel& channel() { return *channel_; }

@@ -21,7 +21,6 @@
 //   trusted: timer           {binding}                  -> {method}
 //   trusted: sample          {binding}                  -> {ms}
 //   trusted: unbind          {binding}                  -> {}
-//   trusted: exit            {}                         (no reply; the runner exits)
 //
 // A failed command answers {ok: false, error{type, message, details}}; type "device_error" means
 // the kernel broke its device.
@@ -44,7 +43,6 @@ inline constexpr const char* kDefaultInputs = "default_inputs";
 inline constexpr const char* kTimer = "timer";
 inline constexpr const char* kSample = "sample";
 inline constexpr const char* kUnbind = "unbind";
-inline constexpr const char* kExit = "exit";
 
 // Frames between the two carry descriptions and summaries, never tensor data, but for `compile`:
 // it carries the side's IOContract, inline tensor data included, as the host's job frame does.
