@@ -16,9 +16,22 @@ target_compile_definitions(keval_boost INTERFACE
   BOOST_JSON_NO_LIB BOOST_CONTAINER_NO_LIB BOOST_ALL_NO_LIB
   BOOST_ASIO_NO_DEPRECATED)
 
+# Fuzzing (fuzz/): every first-party target gets ASan + UBSan and libFuzzer's coverage
+# instrumentation; the fuzzers themselves link libFuzzer. clang only (GCC has no libFuzzer).
+if(KEVAL_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "KEVAL_FUZZ needs clang (libFuzzer): configure a build directory of its "
+                        "own with -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang, as "
+                        "scripts/fuzz does")
+  endif()
+  set(KEVAL_SANITIZE ON)
+endif()
 if(KEVAL_SANITIZE)
   set(KEVAL_SANITIZE_FLAGS -fsanitize=address,undefined -fno-omit-frame-pointer
                            -fno-sanitize-recover=undefined)
+  if(KEVAL_FUZZ)
+    list(APPEND KEVAL_SANITIZE_FLAGS -fsanitize=fuzzer-no-link)
+  endif()
 endif()
 
 # Applies the project's warnings (and sanitizers when enabled) to a first-party target.

@@ -1,6 +1,7 @@
 #include "daemon/api.hpp"
 
 #include "common/log.hpp"
+#include "common/utf8.hpp"
 #include "common/version.hpp"
 #include "daemon/job_record.hpp"
 #include "daemon/stats_report.hpp"
@@ -29,9 +30,11 @@ HttpResponse json_response(http::status status, const json::object& body) {
 }
 
 // Errors that are neither a bad request (400, result::bad_request_body) nor a job's result.
+// The message may echo the request's bytes (a URL path, a header), which need not be UTF-8.
 json::object error_body(const char* error_class, const std::string& message) {
-  return json::object{{"status", "failed"},
-                      {"error", json::object{{"class", error_class}, {"message", message}}}};
+  return json::object{
+      {"status", "failed"},
+      {"error", json::object{{"class", error_class}, {"message", valid_utf8(message)}}}};
 }
 
 HttpResponse method_not_allowed(const char* allowed) {

@@ -209,9 +209,11 @@ json::object bad_request_body(const std::string& path, const std::string& messag
   body["status"] = "failed";
   json::object error;
   error["class"] = "bad_request";
-  error["path"] = path;
-  error["message"] = message;
-  error["detail"] = path.empty() ? message : path + ": " + message;
+  // Both may echo what the client sent (a header's value, a URL's bytes), which need not be
+  // UTF-8; a JSON response must be.
+  error["path"] = valid_utf8(path);
+  error["message"] = valid_utf8(message);
+  error["detail"] = valid_utf8(path.empty() ? message : path + ": " + message);
   body["error"] = std::move(error);
   return body;
 }
