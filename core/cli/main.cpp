@@ -63,8 +63,14 @@ options (serve):
   --socket PATH             Unix socket to serve (default: $KEVAL_SOCKET, else DIR/keval.sock);
                             mode 0600; a dead daemon's socket is replaced, a live one is not
   --socket-group GROUP      make the socket 0660 and owned by GROUP
-  --listen HOST:PORT        also serve TCP (loopback addresses only, unless --allow-remote)
+  --listen HOST:PORT        also serve TCP (loopback addresses only, unless --allow-remote);
+                            every TCP request needs 'Authorization: Bearer <token>' (else 401)
+                            and a body sent as 'Content-Type: application/json' (else 403)
   --allow-remote            let --listen bind a non-loopback address
+  --token-file PATH         the TCP bearer token; made on first start (32 random bytes as 64
+                            hex digits, mode 0600) when missing (default: DIR/keys/tcp.token)
+  --max-connections N       connections open at once, Unix and TCP together; past it, 503 and
+                            close (default 1024); the open-file limit is raised to fit it
   --max-queued N            jobs waiting for a worker before new ones get 503 (default 256)
   --max-workers N           workers running at once (default: CPU cores + GPUs)
   --jobs-per-gpu N          jobs validating/profiling on one GPU at once (default 1: exclusive)
@@ -74,7 +80,8 @@ options (serve):
                             seen in jobs (Python types: interpreter up, torch imported); each
                             still serves one job (default 2; 0: every job starts its own)
   --max-body-bytes N        request body limit; larger bodies get 413 (default 67108864)
-  --http-timeout SECONDS    limit on every read of a request and write of a response (default 30)
+  --http-timeout SECONDS    limit on every read of a request (an idle kept-alive connection
+                            included: it is closed after this) and write of a response (default 30)
   --job-ttl SECONDS         finished jobs are kept, and served by GET /jobs/ID, this long
                             (default 3600)
   --shutdown-grace SECONDS  on SIGTERM/SIGINT, running jobs get this long before they are
@@ -273,6 +280,10 @@ int main(int argc, char** argv) {
       serve_options.listen = value("--listen");
     else if (a == "--allow-remote")
       serve_options.allow_remote = true;
+    else if (a == "--token-file")
+      serve_options.token_file = value("--token-file");
+    else if (a == "--max-connections")
+      serve_options.max_connections = number("--max-connections");
     else if (a == "--max-queued")
       serve_options.max_queued = number("--max-queued");
     else if (a == "--max-workers")

@@ -223,6 +223,8 @@ StatsSnapshot Api::snapshot() const {
   stats.gpus = devices_.snapshot();
   std::lock_guard lock(counters_mutex_);
   stats.http_responses = responses_;
+  if (config_.connection_stats)
+    stats.connections = config_.connection_stats();
   return stats;
 }
 
@@ -257,9 +259,13 @@ HttpResponse Api::payload_too_large() {
   return res;
 }
 
-HttpResponse Api::forbidden_peer(const std::string& why) {
-  auto res = json_response(http::status::forbidden,
-                           error_body("forbidden", "this connection is refused: " + why));
+HttpResponse Api::refused(http::status status, const std::string& error_class,
+                          const std::string& message) {
+  auto res = json_response(status, error_body(error_class.c_str(), message));
+  if (status == http::status::unauthorized)
+    res.set(http::field::www_authenticate, "Bearer realm=\"keval\"");
+  if (status == http::status::service_unavailable)
+    res.set(http::field::retry_after, std::to_string(config_.retry_after.count()));
   res.keep_alive(false);
   res.set(http::field::server, std::string("keval/") + kVersion);
   res.prepare_payload();

@@ -36,6 +36,8 @@ struct ApiConfig {
   request::Limits limits;                // request parsing (sizes, depths, trials, timeouts)
   uint64_t max_body_bytes = 64ull << 20; // the HTTP layer's body limit, for the 413 message
   std::chrono::seconds retry_after{5};   // sent with 503 when the queue is full
+  // What GET /stats and /metrics report of the HTTP connections; none when not set.
+  std::function<ConnectionStats()> connection_stats;
 };
 
 class Api {
@@ -51,8 +53,12 @@ public:
   // Answers for what the HTTP layer rejects before a request is complete; the connection closes.
   HttpResponse payload_too_large();
   HttpResponse malformed_http(const std::string& what);
-  // The answer to every request on a connection from a job's process (detail/peer_check.hpp).
-  HttpResponse forbidden_peer(const std::string& why);
+  // A request the HTTP layer will not serve (detail/request_gate.hpp: a job's process, a missing
+  // token, an Origin, a body that is not JSON; the connection limit): `status` with the usual
+  // error body, `error.class` = `error_class`. 401 carries `WWW-Authenticate: Bearer`, 503
+  // `Retry-After`.
+  HttpResponse refused(boost::beast::http::status status, const std::string& error_class,
+                       const std::string& message);
 
 private:
   using Respond = std::function<void(HttpResponse)>;

@@ -39,6 +39,14 @@ struct JobCounters {
   uint64_t finished_last_minute = 0;
 };
 
+// HTTP connections (keval serve --max-connections).
+struct ConnectionStats {
+  size_t open = 0, max = 0;                       // served now, and the limit
+  size_t refusing = 0;                            // over the limit, being answered 503 now
+  uint64_t accepted_total = 0, refused_total = 0; // refused: answered 503 for the limit
+  uint64_t dropped_total = 0; // over the limit with every refusing place taken: closed at once
+};
+
 struct StatsSnapshot {
   JobCounters counters;
   std::map<std::string, uint64_t> jobs_by_status; // jobs the daemon knows now, every status
@@ -49,6 +57,7 @@ struct StatsSnapshot {
   std::vector<GpuState> gpus;
   supervisor::WarmPoolStats warm; // prestarted workers (keval serve --warm-workers)
   size_t warm_capacity = 0;       // prestarted workers kept per prewarm set
+  ConnectionStats connections;
 };
 
 // Accumulates JobCounters. Not thread-safe: the job manager calls it under its lock.

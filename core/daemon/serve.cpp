@@ -3,9 +3,11 @@
 #include "common/log.hpp"
 #include "common/version.hpp"
 #include "daemon/api.hpp"
+#include "daemon/detail/connection_slots.hpp"
 #include "daemon/detail/http_session.hpp"
 #include "daemon/detail/listener.hpp"
 #include "daemon/detail/state_lock.hpp"
+#include "daemon/detail/tcp_token.hpp"
 #include "daemon/detail/unix_socket.hpp"
 #include "daemon/device_discovery.hpp"
 #include "daemon/device_pool.hpp"
@@ -15,6 +17,7 @@
 #include "supervisor/orphan_reaper.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <optional>
@@ -28,6 +31,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <sys/resource.h>
 
 namespace keval::daemon {
 
@@ -67,6 +71,39 @@ tcp::endpoint parse_listen(const std::string& text, bool allow_remote) {
   return tcp::endpoint(address, static_cast<unsigned short>(std::stoul(port_text)));
 }
 
+// Descriptors the daemon needs besides its connections: the listeners, the state lock, logs and
+// libraries, and per worker (running or prestarted) its channel, its pipes and its process fd.
+constexpr size_t kBaseDescriptors = 256;
+constexpr size_t kDescriptorsPerWorker = 16;
+// Prestarted workers are kept for at most this many prewarm sets (supervisor/warm_pool).
+constexpr size_t kWarmSets = 4;
+
+// Raises the soft RLIMIT_NOFILE so that `needed` descriptors fit (never above the hard limit,
+// never lowered); what it did, for the log. Throws ServeOptionError when the hard limit is lower.
+std::string fit_descriptor_limit(size_t needed, size_t max_connections) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0)
+    throw std::runtime_error(std::string("getrlimit(RLIMIT_NOFILE): ") + std::strerror(errno));
+  const rlim_t wanted = static_cast<rlim_t>(needed);
+  if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < wanted)
+    throw ServeOptionError(
+        "--max-connections " + std::to_string(max_connections) + " needs " +
+        std::to_string(needed) + " open files, more than this process's hard limit of " +
+        std::to_string(limit.rlim_max) +
+        " (RLIMIT_NOFILE); lower --max-connections or raise the limit (ulimit -Hn, LimitNOFILE=)");
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur >= wanted)
+    return "open-file limit " + std::to_string(limit.rlim_cur) + " fits " + std::to_string(needed);
+  const rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = wanted;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0)
+    throw std::runtime_error(std::string("setrlimit(RLIMIT_NOFILE): ") + std::strerror(errno));
+  return "open-file limit raised from " + std::to_string(before) + " to " + std::to_string(needed) +
+         " (hard limit " +
+         (limit.rlim_max == RLIM_INFINITY ? std::string("unlimited")
+                                          : std::to_string(limit.rlim_max)) +
+         ")";
+}
+
 // Handlers that throw must not end the daemon: log and keep serving.
 void run_event_loop(asio::io_context& ioc) {
   for (;;) {
@@ -82,6 +119,8 @@ void run_event_loop(asio::io_context& ioc) {
 } // namespace
 
 int serve(const ServeOptions& options) {
+  if (options.max_connections == 0)
+    throw ServeOptionError("--max-connections must be at least 1");
   if (options.max_body_bytes > protocol::kMaxRequestInJobFrame)
     throw ServeOptionError("--max-body-bytes may be at most " +
                            std::to_string(protocol::kMaxRequestInJobFrame) +
@@ -120,6 +159,10 @@ int serve(const ServeOptions& options) {
   // io_context, which must not race with other threads using that context. HTTP runs on a pool.
   // Declaration order is destruction order reversed: the session tracker outlives both loops,
   // the HTTP loop outlives the job loop (jobs hold replies for HTTP sessions).
+  // Sessions hold their connection's place: the slots outlive the HTTP loop too.
+  const size_t refusing_places =
+      detail::ConnectionSlots::refusing_places_for(options.max_connections);
+  detail::ConnectionSlots connection_slots(options.max_connections, refusing_places);
   detail::SessionTracker sessions;
   asio::io_context http_ioc;
   asio::io_context jobs_ioc(1);
@@ -137,12 +180,25 @@ int serve(const ServeOptions& options) {
   if (std::none_of(plugins.begin(), plugins.end(),
                    [](const auto& plugin) { return plugin.usable() && plugin.prewarm; }))
     job_config.warm_workers = 0; // nothing to prewarm: a fresh worker starts as fast
+  const std::string descriptors = fit_descriptor_limit(
+      options.max_connections + refusing_places + kBaseDescriptors +
+          kDescriptorsPerWorker * (job_config.max_running + kWarmSets * job_config.warm_workers),
+      options.max_connections);
+  std::string token;
+  std::filesystem::path token_file = options.token_file;
+  if (tcp_endpoint) {
+    if (token_file.empty())
+      token_file = options.state_dir / "keys" / "tcp.token";
+    token_file = std::filesystem::absolute(token_file);
+    token = detail::load_or_create_token(token_file);
+  }
   JobManager jobs(jobs_ioc.get_executor(), registry, devices, job_config);
   jobs.recover();
 
   ApiConfig api_config;
   api_config.limits.max_request_bytes = options.max_body_bytes;
   api_config.max_body_bytes = options.max_body_bytes;
+  api_config.connection_stats = [&connection_slots] { return connection_slots.stats(); };
   Api api(jobs, registry, devices, std::move(discovery), api_config);
   const detail::HttpSettings http{options.max_body_bytes, options.http_timeout};
 
@@ -150,8 +206,10 @@ int serve(const ServeOptions& options) {
   local::acceptor unix_acceptor(asio::make_strand(http_ioc));
   const detail::SocketFile socket_file =
       detail::bind_unix_socket(unix_acceptor, options.socket_path, group);
-  listeners.push_back(
-      detail::start_listener<local>(http_ioc, std::move(unix_acceptor), api, sessions, http));
+  // The Unix socket: its mode and the peer's ancestry guard it (peer_check.hpp).
+  listeners.push_back(detail::start_listener<local>(http_ioc, std::move(unix_acceptor), api,
+                                                    sessions, http, connection_slots,
+                                                    detail::RequestRules{}));
   std::string where = "unix:" + options.socket_path.string();
   if (tcp_endpoint) {
     tcp::acceptor tcp_acceptor(asio::make_strand(http_ioc));
@@ -161,9 +219,17 @@ int serve(const ServeOptions& options) {
     tcp_acceptor.listen();
     const auto bound = tcp_acceptor.local_endpoint();
     where += " and tcp:" + bound.address().to_string() + ":" + std::to_string(bound.port());
-    listeners.push_back(
-        detail::start_listener<tcp>(http_ioc, std::move(tcp_acceptor), api, sessions, http));
+    detail::RequestRules tcp_rules;
+    tcp_rules.bearer_token = token;
+    tcp_rules.json_bodies_only = true;
+    listeners.push_back(detail::start_listener<tcp>(http_ioc, std::move(tcp_acceptor), api,
+                                                    sessions, http, connection_slots,
+                                                    std::move(tcp_rules)));
+    spdlog::info("TCP clients must send 'Authorization: Bearer <token>' with the token in {}",
+                 token_file.string());
   }
+  spdlog::info("connections: at most {} at once, then 503; {}", options.max_connections,
+               descriptors);
   spdlog::info("keval {} serving on {} (plugins: {}; workers: {}; state: {})", kVersion, where,
                registry.kernel_types().size(), job_config.max_running, options.state_dir.string());
 

@@ -18,7 +18,10 @@ struct ServeOptions {
   std::string socket_group;          // empty: owner-only socket (0600); else 0660 for this group
   std::string listen;                // "HOST:PORT" to serve TCP as well; empty: none
   bool allow_remote = false;         // let `listen` name a non-loopback address
-  std::filesystem::path state_dir;   // job records (jobs/), work directories (work/), lock
+  // The bearer token TCP clients must send (generated on first start, 0600); empty:
+  // STATE/keys/tcp.token. Read only when `listen` is set.
+  std::filesystem::path token_file;
+  std::filesystem::path state_dir; // job records (jobs/), work directories (work/), lock
   std::filesystem::path worker_exe;
   std::vector<std::filesystem::path> plugin_dirs;
   size_t max_queued = 256; // jobs waiting for a worker before submissions get 503
@@ -27,6 +30,9 @@ struct ServeOptions {
   size_t threads = 0;      // HTTP event-loop threads; 0: CPU cores, at least 2
   size_t warm_workers = 2; // workers started ahead of jobs, plugins prewarmed; 0: none
   uint64_t max_body_bytes = 64ull << 20;
+  // Connections served at once (Unix and TCP together); past it, 503. The descriptor limit
+  // (RLIMIT_NOFILE) is raised to fit, or the daemon does not start.
+  size_t max_connections = 1024;
   std::chrono::milliseconds http_timeout{std::chrono::seconds(30)}; // every read and write
   std::chrono::milliseconds job_ttl{std::chrono::hours(1)};
   std::chrono::milliseconds shutdown_grace{std::chrono::seconds(60)};

@@ -69,6 +69,13 @@ json::object stats_json(const StatsSnapshot& s) {
                        {"jobs_per_second_since_start", ratio(c.finished, c.uptime_s)},
                        {"mean_latency_ms", ratio(c.latency_ms_sum, c.finished)}};
 
+  out["connections"] = {{"open", s.connections.open},
+                        {"max", s.connections.max},
+                        {"refusing", s.connections.refusing},
+                        {"accepted_total", s.connections.accepted_total},
+                        {"refused_total", s.connections.refused_total},
+                        {"dropped_total", s.connections.dropped_total}};
+
   json::object http;
   for (const auto& [code, n] : s.http_responses)
     http[std::to_string(code)] = n;
@@ -184,6 +191,14 @@ std::string prometheus_text(const StatsSnapshot& s) {
       .summary(c.profile_ms_sum / 1000.0, c.profiles);
   e.family("keval_job_latency_seconds", "summary", "Time from submission to result.")
       .summary(c.latency_ms_sum / 1000.0, c.finished);
+  e.family("keval_connections_open", "gauge", "HTTP connections served now.")
+      .sample(static_cast<double>(s.connections.open));
+  e.family("keval_connections_max", "gauge", "HTTP connections served at most (--max-connections).")
+      .sample(static_cast<double>(s.connections.max));
+  e.family("keval_connections_refused_total", "counter",
+           "Connections over the limit: answered 503, or closed unanswered when too many were.")
+      .sample(static_cast<double>(s.connections.refused_total), label("outcome", "answered_503"))
+      .sample(static_cast<double>(s.connections.dropped_total), label("outcome", "closed"));
   e.family("keval_http_responses_total", "counter", "HTTP responses, by status code.");
   for (const auto& [code, n] : s.http_responses)
     e.sample(static_cast<double>(n), label("code", std::to_string(code)));

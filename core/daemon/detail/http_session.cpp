@@ -1,5 +1,6 @@
 #include "daemon/detail/http_session.hpp"
 
+#include <array>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -70,14 +71,17 @@ void SessionTracker::abandon() {
 
 namespace {
 
+// What a refused connection's client may still send, discarded, before it is closed anyway.
+constexpr size_t kLingerBytes = 1 << 20;
+
 template <class Protocol>
 class HttpSession final : public HttpSessionBase,
                           public std::enable_shared_from_this<HttpSession<Protocol>> {
 public:
   HttpSession(typename Protocol::socket socket, Api& api, SessionTracker& tracker,
-              const HttpSettings& settings, std::string refusal)
+              const HttpSettings& settings, SessionOptions options)
       : stream_(std::move(socket)), api_(api), tracker_(tracker), settings_(settings),
-        refusal_(std::move(refusal)) {}
+        options_(std::move(options)) {}
 
   ~HttpSession() override { tracker_.remove(this); }
 
@@ -91,7 +95,7 @@ public:
   void stop() override {
     asio::post(stream_.get_executor(), [self = this->shared_from_this()] {
       self->stopping_ = true;
-      if (self->reading_)
+      if (self->reading_ || self->discarding_)
         self->close();
     });
   }
@@ -112,6 +116,15 @@ private:
   void on_header(beast::error_code ec) {
     if (ec)
       return on_read(ec);
+    const bool has_body = parser_->chunked() || parser_->content_length().value_or(0) > 0;
+    std::optional<Refusal> refusal = options_.refusal;
+    if (!refusal)
+      refusal = check_request_header(parser_->get(), has_body, options_.rules);
+    if (refusal) {
+      reading_ = false;
+      lingering_ = true;
+      return write(api_.refused(refusal->status, refusal->error_class, refusal->message));
+    }
     // curl asks before sending a body over 1 MiB, and waits a second for an answer otherwise.
     if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
       interim_.emplace(http::status::continue_, parser_->get().version());
@@ -143,8 +156,6 @@ private:
       return write(api_.malformed_http(ec.message()));
     if (ec)
       return close();
-    if (!refusal_.empty())
-      return write(api_.forbidden_peer(refusal_));
     stream_.expires_never(); // a synchronous job takes its own time; it has its own timeout
     api_.handle(parser_->release(), [self = this->shared_from_this()](HttpResponse response) {
       asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
@@ -164,9 +175,31 @@ private:
                         self->response_.reset();
                         if (again)
                           self->read();
+                        else if (!ec && self->lingering_)
+                          self->linger();
                         else
                           self->close();
                       });
+  }
+
+  // After a refusal: no more writes, and what the client still sends (the body of the refused
+  // request) is read and dropped until it closes, kLingerBytes or the timeout.
+  void linger() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(Protocol::socket::shutdown_send, ignored);
+    stream_.expires_after(settings_.io_timeout);
+    discarding_ = true;
+    discard();
+  }
+
+  void discard() {
+    stream_.async_read_some(asio::buffer(scratch_),
+                            [self = this->shared_from_this()](beast::error_code ec, size_t n) {
+                              self->discarded_ += n;
+                              if (ec || self->discarded_ >= kLingerBytes)
+                                return self->close();
+                              self->discard();
+                            });
   }
 
   void close() {
@@ -183,7 +216,11 @@ private:
   Api& api_;
   SessionTracker& tracker_;
   const HttpSettings& settings_;
-  const std::string refusal_; // non-empty: every request is answered 403 with it
+  SessionOptions options_;
+  std::array<char, 16 * 1024> scratch_{}; // what linger() discards passes through here
+  size_t discarded_ = 0;
+  bool lingering_ = false;  // a refusal is being written: linger, then close
+  bool discarding_ = false; // lingering
   bool reading_ = false;
   bool stopping_ = false;
 };
@@ -192,16 +229,16 @@ private:
 
 template <class Protocol>
 void start_http_session(typename Protocol::socket socket, Api& api, SessionTracker& tracker,
-                        const HttpSettings& settings, std::string refusal) {
+                        const HttpSettings& settings, SessionOptions options) {
   std::make_shared<HttpSession<Protocol>>(std::move(socket), api, tracker, settings,
-                                          std::move(refusal))
+                                          std::move(options))
       ->run();
 }
 
 template void start_http_session<asio::local::stream_protocol>(asio::local::stream_protocol::socket,
                                                                Api&, SessionTracker&,
-                                                               const HttpSettings&, std::string);
+                                                               const HttpSettings&, SessionOptions);
 template void start_http_session<asio::ip::tcp>(asio::ip::tcp::socket, Api&, SessionTracker&,
-                                                const HttpSettings&, std::string);
+                                                const HttpSettings&, SessionOptions);
 
 } // namespace keval::daemon::detail

@@ -4,12 +4,15 @@
 #pragma once
 
 #include "daemon/api.hpp"
+#include "daemon/detail/connection_slots.hpp"
+#include "daemon/detail/request_gate.hpp"
 
 #include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -47,11 +50,22 @@ private:
   std::function<void()> on_empty_;
 };
 
+// What one connection is served under.
+struct SessionOptions {
+  RequestRules rules; // its transport's (request_gate.hpp)
+  // Set: every request on the connection is answered with this (a job's process, the connection
+  // limit), and the connection closed.
+  std::optional<Refusal> refusal;
+  ConnectionSlots::Ticket ticket; // its place under the connection limit, held while it lives
+};
+
 // Starts serving `socket` (whose executor should be a strand). `api`, `tracker` and `settings`
-// must outlive the session. With a `refusal`, the request is read and answered 403 with it
-// (Api::forbidden_peer), and the connection closed.
+// must outlive the session. A refused request (options.refusal, or the rules) is answered once
+// its header has arrived, without reading its body into memory; the connection then closes,
+// after discarding what the client still sends (a bounded amount, within the timeout) so that
+// closing does not reset the connection before the client has read the answer.
 template <class Protocol>
 void start_http_session(typename Protocol::socket socket, Api& api, SessionTracker& tracker,
-                        const HttpSettings& settings, std::string refusal = {});
+                        const HttpSettings& settings, SessionOptions options = {});
 
 } // namespace keval::daemon::detail

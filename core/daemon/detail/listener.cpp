@@ -34,9 +34,11 @@ class AcceptLoop final : public Listener,
                          public std::enable_shared_from_this<AcceptLoop<Protocol>> {
 public:
   AcceptLoop(asio::io_context& ioc, typename Protocol::acceptor acceptor, Api& api,
-             SessionTracker& tracker, const HttpSettings& settings)
+             SessionTracker& tracker, const HttpSettings& settings, ConnectionSlots& slots,
+             RequestRules rules)
       : ioc_(ioc), acceptor_(std::move(acceptor)), protocol_(acceptor_.local_endpoint().protocol()),
-        retry_timer_(acceptor_.get_executor()), api_(api), tracker_(tracker), settings_(settings) {
+        retry_timer_(acceptor_.get_executor()), api_(api), tracker_(tracker), settings_(settings),
+        slots_(slots), rules_(std::move(rules)) {
     acceptor_.native_non_blocking(true); // accept4 below must not block
   }
 
@@ -83,15 +85,33 @@ public:
 
 private:
   void serve(typename Protocol::socket socket) {
-    std::string refusal;
+    SessionOptions options;
+    options.rules = rules_;
+    options.ticket = slots_.admit();
+    if (options.ticket.kind() == ConnectionSlots::Kind::none) {
+      spdlog::debug("closing a connection unanswered: every connection place is taken");
+      return; // the socket closes here
+    }
+    if (options.ticket.kind() == ConnectionSlots::Kind::refuse) {
+      const ConnectionStats stats = slots_.stats();
+      if (stats.refused_total % 1000 == 1)
+        spdlog::warn("{} connections open, the limit (--max-connections): new ones are answered "
+                     "503 ({} so far)",
+                     stats.open, stats.refused_total);
+      options.refusal = Refusal{boost::beast::http::status::service_unavailable, "unavailable",
+                                "the daemon serves at most " + std::to_string(stats.max) +
+                                    " connections at once (--max-connections) and all are open; "
+                                    "retry later"};
+    }
     if constexpr (std::is_same_v<Protocol, asio::local::stream_protocol>) {
       // Checked now, while the process that connected is most likely still there.
       if (auto why = unix_peer_refusal(socket.native_handle())) {
         spdlog::warn("refusing a connection on the Unix socket: {}", *why);
-        refusal = std::move(*why);
+        options.refusal = Refusal{boost::beast::http::status::forbidden, "forbidden",
+                                  "this connection is refused: " + *why};
       }
     }
-    start_http_session<Protocol>(std::move(socket), api_, tracker_, settings_, std::move(refusal));
+    start_http_session<Protocol>(std::move(socket), api_, tracker_, settings_, std::move(options));
   }
 
   void retry_later(boost::system::error_code ec) {
@@ -110,6 +130,8 @@ private:
   Api& api_;
   SessionTracker& tracker_;
   const HttpSettings& settings_;
+  ConnectionSlots& slots_;
+  const RequestRules rules_;
 };
 
 } // namespace
@@ -130,9 +152,10 @@ void open_acceptor(typename Protocol::acceptor& acceptor, const Protocol& protoc
 template <class Protocol>
 std::shared_ptr<Listener> start_listener(asio::io_context& ioc,
                                          typename Protocol::acceptor acceptor, Api& api,
-                                         SessionTracker& tracker, const HttpSettings& settings) {
-  auto loop =
-      std::make_shared<AcceptLoop<Protocol>>(ioc, std::move(acceptor), api, tracker, settings);
+                                         SessionTracker& tracker, const HttpSettings& settings,
+                                         ConnectionSlots& slots, RequestRules rules) {
+  auto loop = std::make_shared<AcceptLoop<Protocol>>(ioc, std::move(acceptor), api, tracker,
+                                                     settings, slots, std::move(rules));
   loop->start();
   return loop;
 }
@@ -140,13 +163,11 @@ std::shared_ptr<Listener> start_listener(asio::io_context& ioc,
 template void open_acceptor<asio::local::stream_protocol>(asio::local::stream_protocol::acceptor&,
                                                           const asio::local::stream_protocol&);
 template void open_acceptor<asio::ip::tcp>(asio::ip::tcp::acceptor&, const asio::ip::tcp&);
+template std::shared_ptr<Listener> start_listener<asio::local::stream_protocol>(
+    asio::io_context&, asio::local::stream_protocol::acceptor, Api&, SessionTracker&,
+    const HttpSettings&, ConnectionSlots&, RequestRules);
 template std::shared_ptr<Listener>
-start_listener<asio::local::stream_protocol>(asio::io_context&,
-                                             asio::local::stream_protocol::acceptor, Api&,
-                                             SessionTracker&, const HttpSettings&);
-template std::shared_ptr<Listener> start_listener<asio::ip::tcp>(asio::io_context&,
-                                                                 asio::ip::tcp::acceptor, Api&,
-                                                                 SessionTracker&,
-                                                                 const HttpSettings&);
+start_listener<asio::ip::tcp>(asio::io_context&, asio::ip::tcp::acceptor, Api&, SessionTracker&,
+                              const HttpSettings&, ConnectionSlots&, RequestRules);
 
 } // namespace keval::daemon::detail

@@ -295,7 +295,11 @@ TEST(DaemonTcp, TcpIsOptInAndLoopbackOnly) {
   std::smatch port;
   const std::string log = daemon.log();
   ASSERT_TRUE(std::regex_search(log, port, std::regex(R"(tcp:127\.0\.0\.1:([0-9]+))"))) << log;
-  const auto r = curl({"-w", "\n%{http_code}", "http://127.0.0.1:" + port[1].str() + "/health"});
+  // TCP wants the bearer token (daemon_hardening_test.cpp has the refusals).
+  const std::string token = read_file(dirs.state() / "keys" / "tcp.token");
+  const auto r = curl({"-w", "\n%{http_code}", "-H",
+                       "Authorization: Bearer " + token.substr(0, token.find('\n')),
+                       "http://127.0.0.1:" + port[1].str() + "/health"});
   ASSERT_EQ(r.exit_code, 0) << "curl failed (missing? scripts/setup installs it): " << r.err;
   EXPECT_NE(r.out.find("\"status\":\"ok\""), std::string::npos) << r.out;
   EXPECT_EQ(r.out.substr(r.out.rfind('\n') + 1), "200");
