@@ -27,15 +27,16 @@ const char* init_kind_name(InitKind kind);
 // TensorInit: server-side generation. Only the fields of the chosen kind are meaningful.
 struct TensorInit {
   InitKind kind = InitKind::randn;
-  std::optional<uint64_t> seed; // randn / uniform; absent means "derive from trial seed"
-  double mean = 0.0, std = 1.0;  // randn
-  double low = 0.0, high = 1.0;  // uniform
-  double fill_value = 0.0;       // full
+  std::optional<uint64_t> seed;   // randn / uniform; absent means "derive from trial seed"
+  double mean = 0.0, std = 1.0;   // randn
+  double low = 0.0, high = 1.0;   // uniform
+  double fill_value = 0.0;        // full
   double start = 0.0, step = 1.0; // arange
 };
 
-// TensorData: client-provided bytes, already decoded (base64, then zlib when compressed) and
-// checked against shape * dtype size.
+// TensorData: client-provided bytes, checked against shape * dtype size. Decoded (base64, then
+// zlib when compressed) only when parsed with TensorDataDecoding::decode (the worker); empty in
+// the host, which only checks them (parse.hpp).
 struct TensorData {
   std::vector<uint8_t> bytes;
   std::string compress; // "" or "zlib", as sent (kept for round-tripping)
@@ -88,9 +89,9 @@ struct IOContract {
 struct KernelCode {
   std::string source_code;
   std::string kernel_type;
-  boost::json::object metadata;   // {} when absent
+  boost::json::object metadata; // {} when absent
   std::optional<IOContract> io;
-  boost::json::value io_json;     // the `io` object exactly as sent (null when absent)
+  boost::json::value io_json; // the `io` object exactly as sent (null when absent)
 };
 
 // Tolerances for correctness (seed 000 default: atol = rtol = 1e-2).
@@ -102,15 +103,15 @@ struct Tolerance {
 // POST /evaluate and POST /compare, one type: `ref` is present only for compare.
 struct EvalRequest {
   enum class Mode { evaluate, compare } mode = Mode::evaluate;
-  KernelCode kernel;             // evaluate: `kernel`; compare: `custom_kernel`
-  std::optional<KernelCode> ref; // compare: `ref_kernel`
-  int64_t num_trials = 100;      // profiled samples
+  KernelCode kernel;                  // evaluate: `kernel`; compare: `custom_kernel`
+  std::optional<KernelCode> ref;      // compare: `ref_kernel`
+  int64_t num_trials = 100;           // profiled samples
   int64_t num_correctness_trials = 5; // keval extension; seed default behaviour
-  double timeout_s = 120.0;      // whole-job wall-clock limit
+  double timeout_s = 120.0;           // whole-job wall-clock limit
   Tolerance tolerance;
-  bool async = false;            // daemon only
+  bool async = false;                // daemon only
   std::optional<std::string> job_id; // client-chosen id, else generated
-  boost::json::object original;  // the request as sent, kept for the job record
+  boost::json::object original;      // the request as sent, kept for the job record
   // Non-fatal findings, each "path: message" (unknown fields ignored for seed compatibility,
   // parameters that do not apply to the chosen init kind, ...). Reported in the response.
   std::vector<std::string> warnings;

@@ -214,22 +214,22 @@ RequestError::RequestError(std::string path, std::string message)
     : std::runtime_error(compose_what(path, message)), path_(std::move(path)),
       message_(std::move(message)) {}
 
-EvalRequest parse_request_text(std::string_view text, EvalRequest::Mode mode,
-                               const Limits& limits) {
+EvalRequest parse_request_text(std::string_view text, EvalRequest::Mode mode, const Limits& limits,
+                               TensorDataDecoding decoding) {
   if (text.size() > limits.max_request_bytes)
     throw RequestError("", "request is " + std::to_string(text.size()) +
                                " bytes, over the limit of " +
                                std::to_string(limits.max_request_bytes) + " bytes");
-  return parse_request(parse_json_text(text, limits.max_json_depth), mode, limits);
+  return parse_request(parse_json_text(text, limits.max_json_depth), mode, limits, decoding);
 }
 
 EvalRequest parse_request(const boost::json::value& doc, EvalRequest::Mode mode,
-                          const Limits& limits) {
+                          const Limits& limits, TensorDataDecoding decoding) {
   if (!doc.is_object())
     throw RequestError("", std::string("request must be a JSON object, got ") + kind_name(doc));
   EvalRequest request;
   request.mode = mode;
-  ParseContext ctx{limits, request.warnings};
+  ParseContext ctx{limits, request.warnings, decoding};
   ObjectReader reader(doc, "", ctx);
   parse_kernels(request, reader, ctx);
   parse_settings(request, reader, limits);
@@ -239,9 +239,10 @@ EvalRequest parse_request(const boost::json::value& doc, EvalRequest::Mode mode,
 }
 
 IOContract parse_io_contract(const boost::json::value& io, const std::string& path,
-                             const Limits& limits, std::vector<std::string>* warnings) {
+                             const Limits& limits, std::vector<std::string>* warnings,
+                             TensorDataDecoding decoding) {
   std::vector<std::string> discarded;
-  ParseContext ctx{limits, warnings != nullptr ? *warnings : discarded};
+  ParseContext ctx{limits, warnings != nullptr ? *warnings : discarded, decoding};
   return parse_io(io, path, ctx);
 }
 

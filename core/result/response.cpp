@@ -128,8 +128,15 @@ Response build_response(const JobRecord& record) {
   if (ref_compile && !ref_compile->ok)
     body["validation_error"] =
         "reference kernel failed to compile: " + error_text(ref_compile->error);
+  // TensorData the worker could not decode (worker/pipeline: it did not inflate to its tensor's
+  // size, which the host cannot check without inflating it): the request's fault. Only the
+  // trusted worker reports it, never as a side's failure; its details are the JSON path.
+  const bool bad_input_data = validated && validated->error &&
+                              validated->error->type == "invalid_input_data" &&
+                              validated->failed_side.empty();
   if (validated && !validated->ok)
-    body["validation_error"] = error_text(validated->error);
+    body["validation_error"] =
+        bad_input_data ? validated->error->message : error_text(validated->error);
 
   if (profiled && profiled->ok) {
     if (profiled->custom) {
@@ -185,7 +192,18 @@ Response build_response(const JobRecord& record) {
   const bool internal_compile_error = custom_compile && !custom_compile->ok &&
                                       custom_compile->error &&
                                       custom_compile->error->type == "internal_error";
-  if (infrastructure || internal_compile_error) {
+  if (bad_input_data && !infrastructure) {
+    response.verdict = Verdict::bad_request;
+    body["status"] = "failed";
+    const std::string& path = validated->error->details;
+    std::string message = validated->error->message;
+    if (!path.empty() && message.rfind(path + ": ", 0) == 0)
+      message.erase(0, path.size() + 2);
+    body["error"] = json::object{{"class", "bad_request"},
+                                 {"path", path},
+                                 {"message", message},
+                                 {"detail", validated->error->message}};
+  } else if (infrastructure || internal_compile_error) {
     response.verdict = Verdict::infrastructure;
     body["status"] = "failed";
     json::object error;

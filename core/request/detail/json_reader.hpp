@@ -22,6 +22,7 @@ namespace json = boost::json;
 struct ParseContext {
   const Limits& limits;
   std::vector<std::string>& warnings;
+  TensorDataDecoding decoding = TensorDataDecoding::check;
 
   void warn(const std::string& path, std::string_view message) const;
 };

@@ -168,10 +168,15 @@ std::string parse_compress(const json::value* value, const std::string& path) {
                                "'; accepted: zlib, none (or null)");
 }
 
+// How much of a zlib stream the host inflates (into a fixed buffer, then dropped) to check it.
+constexpr uint64_t kZlibProbeBytes = 1ull << 20;
+
 // Base64, then zlib when compressed; the result must be exactly the tensor's size. Inflation
 // is capped at that size so a zlib bomb fails after producing one tensor's worth of bytes.
+// Without `decode`, zlib data is only checked (check_zlib_prefix) and nothing is returned.
 std::vector<uint8_t> decode_tensor_bytes(std::string_view base64, const std::string& compress,
-                                         const TensorSpec& spec, const std::string& path) {
+                                         const TensorSpec& spec, const std::string& path,
+                                         bool decode) {
   const uint64_t expected = spec.nbytes();
   std::vector<uint8_t> bytes;
   try {
@@ -181,6 +186,10 @@ std::vector<uint8_t> decode_tensor_bytes(std::string_view base64, const std::str
   }
   if (compress == "zlib") {
     try {
+      if (!decode) {
+        check_zlib_prefix(bytes, expected, kZlibProbeBytes);
+        return {};
+      }
       bytes = inflate_zlib(bytes, expected);
     } catch (const std::runtime_error& error) {
       throw RequestError(path, std::string("zlib data ") + error.what() + " (" +
@@ -192,6 +201,8 @@ std::vector<uint8_t> decode_tensor_bytes(std::string_view base64, const std::str
     throw RequestError(path, "decoded data is " + std::to_string(bytes.size()) + " bytes, but " +
                                  describe_tensor(spec) + " needs " + std::to_string(expected) +
                                  " bytes");
+  if (!decode)
+    return {};
   return bytes;
 }
 
@@ -214,7 +225,7 @@ void check_data_matches_spec(ObjectReader& reader, const TensorSpec& spec, const
 }
 
 TensorData parse_tensor_data(const json::value& value, const std::string& path,
-                             const TensorSpec& spec, const ParseContext& ctx) {
+                             const TensorSpec& spec, const ParseContext& ctx, bool decode) {
   ObjectReader reader(value, path, ctx);
   std::string base64_path = reader.path_of("data_b64");
   std::string_view base64 = read_string(reader.required("data_b64"), base64_path);
@@ -222,7 +233,7 @@ TensorData parse_tensor_data(const json::value& value, const std::string& path,
   data.compress = parse_compress(reader.optional("compress"), reader.path_of("compress"));
   check_data_matches_spec(reader, spec, ctx.limits);
   reader.warn_unknown_fields();
-  data.bytes = decode_tensor_bytes(base64, data.compress, spec, base64_path);
+  data.bytes = decode_tensor_bytes(base64, data.compress, spec, base64_path, decode);
   return data;
 }
 
@@ -266,8 +277,11 @@ TensorSpec parse_tensor_spec(const json::value& value, const std::string& path, 
     throw RequestError(path, "init and data are mutually exclusive: give one of them");
   if (init != nullptr)
     spec.init = parse_tensor_init(*init, reader.path_of("init"), ctx);
+  // An output's data is dropped below: checked, never decoded.
   if (data != nullptr)
-    spec.data = parse_tensor_data(*data, reader.path_of("data"), spec, ctx);
+    spec.data =
+        parse_tensor_data(*data, reader.path_of("data"), spec, ctx,
+                          ctx.decoding == TensorDataDecoding::decode && role != Role::output);
   if (role == Role::output)
     drop_output_contents(spec, reader, ctx);
   reader.warn_unknown_fields();

@@ -53,6 +53,9 @@ protocol::ErrorInfo error_json(const std::string& type, const std::string& messa
 
 // The error type of a side whose process died, closed its channel, or answered out of turn.
 constexpr const char* kProcessFailed = "process_failed";
+// The validation error of TensorData that did not decode (JobSpec::input_data_error; its details
+// are the JSON path at fault); with no failed side, result/response.cpp makes it a bad request.
+constexpr const char* kInvalidInputData = "invalid_input_data";
 
 // Bounds on the bytes a runner's reply may make the trusted worker copy (see copy_from_runner):
 // the reference is the client's own; the candidate gets twice the reference's outputs, at least
@@ -138,6 +141,12 @@ private:
     if (!compile_all())
       return;
     step("compiled");
+    if (job_.input_data_error) {
+      // Before a device is held. No side's: the result says the request is at fault.
+      fail_validation(error_json(kInvalidInputData, job_.input_data_error->message,
+                                 job_.input_data_error->path));
+      return;
+    }
     if (!acquire_device())
       return;
     step("granted");
@@ -896,9 +905,17 @@ JobSpec parse_job(const json::object& frame) {
   const protocol::JobFrame parsed = protocol::parse_job_frame(frame);
   JobSpec job;
   job.job_id = parsed.job_id;
-  job.request = request::parse_request(json::value(parsed.request),
-                                       parsed.mode == "compare" ? EvalRequest::Mode::compare
-                                                                : EvalRequest::Mode::evaluate);
+  const json::value request(parsed.request);
+  const auto mode =
+      parsed.mode == "compare" ? EvalRequest::Mode::compare : EvalRequest::Mode::evaluate;
+  try {
+    job.request = request::parse_request(request, mode, {}, request::TensorDataDecoding::decode);
+  } catch (const request::RequestError& e) {
+    // The host checked all it could without inflating (request/parse.hpp); data that does not
+    // inflate to its tensor's size is the request's fault, reported as the job's result.
+    job.request = request::parse_request(request, mode);
+    job.input_data_error = InputDataError{e.path(), e.what()};
+  }
   for (const auto& [type, path] : parsed.plugins)
     job.plugins[type] = path;
   job.work_dir = parsed.work_dir;

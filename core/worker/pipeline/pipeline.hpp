@@ -11,9 +11,16 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace keval::worker {
+
+// TensorData that the worker could not decode: it did not inflate to its tensor's size.
+struct InputDataError {
+  std::string path;    // "custom_kernel.io.args[0].tensor_spec.data.data_b64"
+  std::string message; // "path: what is wrong"
+};
 
 // What the host's `job` frame carries.
 struct JobSpec {
@@ -23,6 +30,9 @@ struct JobSpec {
   std::filesystem::path work_dir;
   int cuda_arch = 0;
   uint64_t seed = 0; // base for arguments without an explicit seed
+  // Set when TensorData did not decode: the job compiles, then reports it as its validation
+  // result (a bad request).
+  std::optional<InputDataError> input_data_error;
 };
 
 // Parses a `job` frame; throws std::runtime_error (the host sent something invalid).

@@ -1,7 +1,10 @@
 // Issue 12's probes against a real daemon: TCP without the bearer token is 401; what a web page
 // can make a browser send (an Origin header, a "simple" text/plain or form POST) is 403 and runs
 // nothing; the Unix socket keeps serving curl's --data; past --max-connections a connection is
-// answered 503 and closed, and /stats counts it.
+// answered 503 and closed, and /stats counts it; zlib tensor data is never inflated in the
+// daemon (its peak RSS stays flat under a 2 MB request for a 2 GiB tensor), and data that does
+// not inflate to its tensor's size is a 400 from the worker, naming the field.
+#include "core/request/request_test_util.hpp"
 #include "daemon_harness.hpp"
 
 #include <regex>
@@ -195,6 +198,124 @@ TEST(DaemonConnectionLimit, PastTheLimitA503AndStatsCountIt) {
   // Once one closes, a new connection is served again.
   second.reset();
   EXPECT_TRUE(eventually([&] { return HttpClient(dirs.socket()).get("/health").status == 200; }));
+}
+
+// A zlib stream of `mib` MiB of zeros, made from one compressed MiB repeated (each copy ends in a
+// full flush, so it refers to nothing before it): the test never holds the inflated bytes.
+std::vector<uint8_t> zlib_zeros(size_t mib) {
+  const std::vector<uint8_t> zeros(1u << 20, 0);
+  std::vector<uint8_t> out(2u << 20);
+  z_stream stream{};
+  EXPECT_EQ(deflateInit(&stream, Z_BEST_COMPRESSION), Z_OK);
+  auto deflate_mib = [&] {
+    stream.next_in = const_cast<Bytef*>(zeros.data());
+    stream.avail_in = static_cast<uInt>(zeros.size());
+    stream.next_out = out.data();
+    stream.avail_out = static_cast<uInt>(out.size());
+    EXPECT_EQ(deflate(&stream, Z_FULL_FLUSH), Z_OK);
+    return std::vector<uint8_t>(out.data(), out.data() + (out.size() - stream.avail_out));
+  };
+  std::vector<uint8_t> data = deflate_mib(); // the zlib header and the first MiB
+  const std::vector<uint8_t> segment = deflate_mib();
+  deflateEnd(&stream);
+  uLong adler = adler32(1, zeros.data(), static_cast<uInt>(zeros.size()));
+  const uLong mib_adler = adler;
+  for (size_t i = 1; i < mib; ++i) {
+    data.insert(data.end(), segment.begin(), segment.end());
+    adler = adler32_combine(adler, mib_adler, static_cast<z_off_t>(zeros.size()));
+  }
+  data.insert(data.end(), {0x03, 0x00}); // a final, empty block
+  for (int shift : {24, 16, 8, 0})
+    data.push_back(static_cast<uint8_t>(adler >> shift));
+  return data;
+}
+
+// The fault plugin's evaluate request with input x given as zlib data for `elements` float32s.
+json::object evaluate_with_zlib_input(int64_t elements, const std::vector<uint8_t>& zlib) {
+  json::object request = fault_evaluate({});
+  json::object& io = request.at("kernel").at("io").as_object();
+  for (auto& arg : io.at("args").as_array())
+    arg.at("tensor_spec").as_object()["shape"] = json::array{elements};
+  json::object& x = io.at("args").as_array().at(0).at("tensor_spec").as_object();
+  x.erase("init");
+  x["data"] = json::object{{"data_b64", request::test::encode_base64(zlib)}, {"compress", "zlib"}};
+  return request;
+}
+
+// Peak resident memory of process `pid` (VmHWM), in bytes.
+uint64_t peak_rss_bytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0)
+      return std::stoull(line.substr(6)) * 1024;
+  ADD_FAILURE() << "no VmHWM in /proc/" << pid << "/status";
+  return 0;
+}
+
+TEST(DaemonTensorData, ZlibDataIsNotInflatedInTheDaemon) {
+  DaemonDirs dirs;
+  // One worker, held by a hanging job: the big job waits in the queue, is cancelled there, and
+  // no worker ever inflates it (that is the worker's job, under the job's memory limit).
+  DaemonProcess daemon(dirs.state(), dirs.socket(), {"--max-workers", "1", "--warm-workers", "0"});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log();
+  HttpClient client(dirs.socket());
+  const auto hanging = client.post("/evaluate", with_async(hang()));
+  ASSERT_EQ(hanging.status, 202u) << hanging.body();
+  const std::string hanging_id(hanging.json_body().at("job_id").as_string());
+  ASSERT_TRUE(wait_status(dirs.socket(), hanging_id, "validating"));
+
+  constexpr int64_t kElements = 512ll << 20; // float32: 2 GiB
+  const std::vector<uint8_t> zlib = zlib_zeros(2048);
+  const json::object request = evaluate_with_zlib_input(kElements, zlib);
+  const std::string body = json::serialize(request);
+  ASSERT_LT(body.size(), 4u << 20) << "a small request for a 2 GiB tensor";
+
+  const uint64_t before = peak_rss_bytes(daemon.pid());
+  const auto queued =
+      client.request(http::verb::post, "/evaluate", json::serialize(with_async(request)));
+  ASSERT_EQ(queued.status, 202u) << queued.body();
+  const std::string queued_id(queued.json_body().at("job_id").as_string());
+  EXPECT_EQ(client.get("/jobs/" + queued_id).json_body().at("status"), "submitted");
+  const uint64_t after = peak_rss_bytes(daemon.pid());
+  std::cout << "daemon peak RSS " << (before >> 20) << " MiB before, " << (after >> 20)
+            << " MiB after a " << (body.size() >> 10) << " KiB request for a 2 GiB tensor (zlib "
+            << (zlib.size() >> 10) << " KiB)\n";
+  EXPECT_LE(after - before, 64u << 20) << "the daemon inflated the tensor";
+
+  EXPECT_EQ(client.request(http::verb::delete_, "/jobs/" + queued_id).status, 200u);
+  EXPECT_EQ(client.request(http::verb::delete_, "/jobs/" + hanging_id).status, 200u);
+}
+
+TEST(DaemonTensorData, DataThatDoesNotInflateToItsSizeIsA400FromTheWorker) {
+  DaemonDirs dirs;
+  DaemonProcess daemon(dirs.state(), dirs.socket(), {"--warm-workers", "0"});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log();
+  constexpr int64_t kElements = 512 << 10; // float32: 2 MiB, past what the daemon probes (1 MiB)
+  const char* path = "kernel.io.args[0].tensor_spec.data.data_b64";
+
+  const auto longer =
+      HttpClient(dirs.socket())
+          .post("/evaluate", evaluate_with_zlib_input(
+                                 kElements, request::test::zlib_compress(
+                                                std::vector<uint8_t>((2u << 20) + 4096, 0))));
+  EXPECT_EQ(longer.status, 400u) << longer.body();
+  EXPECT_EQ(longer.json_body().at("error").at("class"), "bad_request");
+  EXPECT_EQ(longer.json_body().at("error").at("path"), path);
+  EXPECT_NE(longer.body().find("inflates to more than 2097152 bytes"), std::string::npos)
+      << longer.body();
+  EXPECT_TRUE(longer.json_body().at("kernel_exec_result").at("compiled").as_bool());
+
+  const auto shorter =
+      HttpClient(dirs.socket())
+          .post("/evaluate", evaluate_with_zlib_input(
+                                 kElements, request::test::zlib_compress(
+                                                request::test::float_ramp_bytes(3u << 17))));
+  EXPECT_EQ(shorter.status, 400u) << shorter.body();
+  EXPECT_EQ(shorter.json_body().at("error").at("path"), path);
+  EXPECT_NE(shorter.body().find("decoded data is 1572864 bytes, but shape [524288] float32 needs "
+                                "2097152 bytes"),
+            std::string::npos)
+      << shorter.body();
 }
 
 } // namespace

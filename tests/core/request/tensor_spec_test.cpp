@@ -16,20 +16,24 @@ struct ParsedTensor {
   std::vector<std::string> warnings;
 };
 
-// Parses `spec_text` as the tensor_spec of one input (or `role`) tensor argument "t".
+// Parses `spec_text` as the tensor_spec of one input (or `role`) tensor argument "t", decoding
+// its data as the worker does (or only checking it, as the host does).
 ParsedTensor parse_spec(std::string_view spec_text, std::string_view role = "input",
-                        const Limits& limits = {}) {
+                        const Limits& limits = {},
+                        TensorDataDecoding decoding = TensorDataDecoding::decode) {
   std::string io = R"({"args": [{"name": "t", "type": "tensor", "role": ")" + std::string(role) +
                    R"(", "tensor_spec": )" + std::string(spec_text) + "}]}";
   ParsedTensor parsed;
-  IOContract contract = parse_io_contract(json::parse(io), "io", limits, &parsed.warnings);
+  IOContract contract =
+      parse_io_contract(json::parse(io), "io", limits, &parsed.warnings, decoding);
   parsed.spec = contract.args.at(0).tensor_spec.value();
   return parsed;
 }
 
-RequestError spec_error(std::string_view spec_text, const Limits& limits = {}) {
+RequestError spec_error(std::string_view spec_text, const Limits& limits = {},
+                        TensorDataDecoding decoding = TensorDataDecoding::decode) {
   try {
-    parse_spec(spec_text, "input", limits);
+    parse_spec(spec_text, "input", limits, decoding);
   } catch (const RequestError& error) {
     return error;
   }
@@ -301,6 +305,47 @@ TEST(TensorData, ZlibSizeMismatchNamesBothSizes) {
   EXPECT_EQ(error.message(), "decoded data is 12 bytes, but shape [4] float32 needs 16 bytes");
 }
 
+// ---- what the host checks without decoding (TensorDataDecoding::check) ----
+
+TEST(TensorDataCheck, ValidDataIsCheckedNotDecoded) {
+  const auto raw = float_ramp_bytes(6);
+  EXPECT_TRUE(parse_spec(data_spec("[6]", R"("data_b64": ")" + encode_base64(raw) + R"(")"),
+                         "input", {}, TensorDataDecoding::check)
+                  .spec.data->bytes.empty());
+  // 64 MiB of zeros in about 64 KiB: checked through a fixed buffer, never inflated whole.
+  const std::vector<uint8_t> zeros(64u << 20, 0);
+  const std::string fields =
+      R"("data_b64": ")" + encode_base64(zlib_compress(zeros)) + R"(", "compress": "zlib")";
+  const ParsedTensor parsed =
+      parse_spec(data_spec("[16777216]", fields), "input", {}, TensorDataDecoding::check);
+  ASSERT_TRUE(parsed.spec.data.has_value());
+  EXPECT_TRUE(parsed.spec.data->bytes.empty());
+  EXPECT_EQ(parsed.spec.data->compress, "zlib");
+}
+
+TEST(TensorDataCheck, WhatCanBeSeenWithoutInflatingIsRefused) {
+  auto check_error = [](const std::string& shape, const std::string& fields) {
+    return spec_error(data_spec(shape, fields), {}, TensorDataDecoding::check).message();
+  };
+  // Raw data has its size in its length.
+  EXPECT_EQ(check_error("[4]", R"("data_b64": ")" + encode_base64(float_ramp_bytes(3)) + R"(")"),
+            "decoded data is 12 bytes, but shape [4] float32 needs 16 bytes");
+  EXPECT_THAT(check_error("[4]", R"("data_b64": "AAAA!AAA")"), HasSubstr("invalid base64"));
+  // zlib: the header, and what a short stream inflates to.
+  EXPECT_THAT(check_error("[2]", R"("data_b64": "AAAAAAAAAAA=", "compress": "zlib")"),
+              HasSubstr("zlib data is corrupt"));
+  const std::string short_stream = R"("data_b64": ")" +
+                                   encode_base64(zlib_compress(float_ramp_bytes(3))) +
+                                   R"(", "compress": "zlib")";
+  EXPECT_EQ(check_error("[4]", short_stream),
+            "zlib data inflates to only 12 bytes (shape [4] float32 needs 16 bytes)");
+  // A claim no deflate stream of that length can meet: at most 1032 bytes out per byte in.
+  const std::vector<uint8_t> small = zlib_compress(std::vector<uint8_t>(4096, 0));
+  EXPECT_THAT(check_error("[1073741824]",
+                          R"("data_b64": ")" + encode_base64(small) + R"(", "compress": "zlib")"),
+              HasSubstr("too few to inflate to 4294967296 bytes (deflate expands at most 1032"));
+}
+
 TEST(TensorData, ZlibTruncatedStream) {
   std::vector<uint8_t> compressed = zlib_compress(float_ramp_bytes(256));
   compressed.resize(compressed.size() / 2);
@@ -308,7 +353,6 @@ TEST(TensorData, ZlibTruncatedStream) {
   EXPECT_THAT(spec_error(data_spec("[256]", fields)).message(),
               HasSubstr("zlib data is truncated"));
 }
-
 
 TEST(TensorData, ZlibBombIsRejectedAtTheCap) {
   // 100 MB of zeros deflate to about 100 KB; the tensor declares 64 bytes. Inflation stops at
@@ -322,7 +366,6 @@ TEST(TensorData, ZlibBombIsRejectedAtTheCap) {
   EXPECT_THAT(error.message(), HasSubstr("zlib data inflates to more than 64 bytes (shape [16] "
                                          "float32 needs 64 bytes)"));
 }
-
 
 TEST(TensorData, DataChargesTheSizeLimitBeforeDecoding) {
   Limits limits;
