@@ -57,6 +57,17 @@ options (evaluate, compare):
   --keep-record             keep the job record (DIR/jobs/<id>.json) after printing the result
   --log-level LEVEL         trace|debug|info|warn|error (default info; or $KEVAL_LOG_LEVEL)
 
+sandbox of the user code (evaluate, compare, serve; see README "Sandbox"):
+  --sandbox MODE            standard: every layer this machine allows, the rest reported as
+                            skipped in metadata.sandbox (default); strict: refuse to run jobs
+                            when a layer is missing; off: debugging only, said in every result
+  --job-user USER           when keval runs as root, user code runs as USER (NAME, UID or
+                            UID:GID; default nobody)
+  --job-memory SIZE         memory per process that runs user code, e.g. 4G (default: half the
+                            machine's memory, at most 16G): cgroup v2 memory.max where keval
+                            has a delegated cgroup, else RLIMIT_DATA
+  --job-pids N              processes and threads per process that runs user code (default 1024)
+
 options (serve):
   --state-dir DIR           job records, work directories and the lock of this daemon
                             (default: the directory above + /daemon)
@@ -168,7 +179,8 @@ int cmd_plugins(bool as_json) {
 }
 
 int cmd_run(keval::request::EvalRequest::Mode mode, const std::string& source,
-            const fs::path& state_dir, bool keep_record) {
+            const fs::path& state_dir, bool keep_record,
+            const keval::supervisor::SandboxOptions& sandbox) {
   using keval::result::Verdict;
   keval::request::EvalRequest request;
   const auto registry = discover_plugins();
@@ -199,6 +211,7 @@ int cmd_run(keval::request::EvalRequest::Mode mode, const std::string& source,
   keval::job::RunOptions options;
   options.worker_exe = worker_exe();
   options.work_root = state_dir / "work";
+  options.sandbox = keval::supervisor::prepare_host_sandbox(sandbox, state_dir);
   options.grant_device = [](const json::array& types, auto grant) {
     // One job, no contention: the first device type the worker can use, device 0.
     json::object device;
@@ -302,7 +315,32 @@ int main(int argc, char** argv) {
       serve_options.job_ttl = seconds("--job-ttl");
     else if (a == "--shutdown-grace")
       serve_options.shutdown_grace = seconds("--shutdown-grace");
-    else if (a == "--keep-record")
+    else if (a == "--sandbox") {
+      const std::string mode = value("--sandbox");
+      const auto parsed = keval::protocol::parse_sandbox_mode(mode);
+      if (!parsed) {
+        std::cerr << "keval: --sandbox wants standard, strict or off, got '" << mode << "'\n";
+        return kExitUsage;
+      }
+      serve_options.sandbox.mode = *parsed;
+    } else if (a == "--job-user")
+      serve_options.sandbox.job_user = value("--job-user");
+    else if (a == "--job-memory") {
+      const std::string text = value("--job-memory");
+      const auto bytes = keval::protocol::parse_byte_size(text);
+      if (!bytes || *bytes < (16u << 20)) {
+        std::cerr << "keval: --job-memory wants a size of at least 16M (e.g. 512M, 4G), got '"
+                  << text << "'\n";
+        return kExitUsage;
+      }
+      serve_options.sandbox.memory_bytes = *bytes;
+    } else if (a == "--job-pids") {
+      serve_options.sandbox.max_processes = number("--job-pids");
+      if (serve_options.sandbox.max_processes < 16) {
+        std::cerr << "keval: --job-pids must be at least 16\n";
+        return kExitUsage;
+      }
+    } else if (a == "--keep-record")
       keep_record = true;
     else if (a == "--json")
       as_json = true;
@@ -332,13 +370,17 @@ int main(int argc, char** argv) {
     if ((command == "evaluate" || command == "compare") && positional.size() == 2)
       return cmd_run(command == "compare" ? keval::request::EvalRequest::Mode::compare
                                           : keval::request::EvalRequest::Mode::evaluate,
-                     positional[1], state_dir.value_or(default_state_dir()), keep_record);
+                     positional[1], state_dir.value_or(default_state_dir()), keep_record,
+                     serve_options.sandbox);
     if (command == "serve" && positional.size() == 1) {
       // Its own directory by default: the daemon expires records and clears work directories,
       // which must not touch what a concurrent `keval evaluate` keeps there.
       serve_options.state_dir = state_dir.value_or(default_state_dir() / "daemon");
       return cmd_serve(std::move(serve_options));
     }
+  } catch (const keval::supervisor::SandboxOptionError& e) {
+    std::cerr << "keval: " << e.what() << "\n";
+    return kExitUsage;
   } catch (const std::exception& e) {
     spdlog::critical("infrastructure failure: {}", e.what());
     json::object body;

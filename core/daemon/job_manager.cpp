@@ -78,8 +78,9 @@ public:
         store_(config_.state_dir / "jobs"), expiry_timer_(executor), grace_timer_(executor) {
     run_options_.worker_exe = config_.worker_exe;
     run_options_.work_root = config_.state_dir / "work";
+    run_options_.sandbox = config_.sandbox;
     if (config_.warm_workers > 0)
-      warm_ = std::make_unique<supervisor::WarmPool>(executor_, config_.worker_exe,
+      warm_ = std::make_unique<supervisor::WarmPool>(executor_, config_.worker_exe, config_.sandbox,
                                                      config_.warm_workers);
   }
 
@@ -90,7 +91,13 @@ public:
     std::error_code ec;
     fs::remove_all(run_options_.work_root, ec);
     fs::create_directories(run_options_.work_root);
-    fs::permissions(run_options_.work_root, fs::perms::owner_all, fs::perm_options::replace);
+    // Owner-only, except that a job uid (keval as root) must walk through it to its runner's
+    // directory: then traversable, still not listable.
+    fs::permissions(run_options_.work_root,
+                    protocol::switches_user(config_.sandbox)
+                        ? fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec
+                        : fs::perms::owner_all,
+                    fs::perm_options::replace);
 
     const double now = unix_now();
     std::lock_guard lock(mutex_);

@@ -6,6 +6,7 @@
 
 #include "daemon/device_pool.hpp"
 #include "daemon/job_stats.hpp"
+#include "protocol/sandbox_policy.hpp"
 #include "registry/registry.hpp"
 #include "request/model.hpp"
 
@@ -25,6 +26,7 @@ namespace keval::daemon {
 
 struct JobManagerConfig {
   std::filesystem::path worker_exe;
+  protocol::SandboxPolicy sandbox; // for every worker (supervisor/sandbox_setup.hpp)
   std::filesystem::path state_dir; // records in jobs/, work directories in work/
   size_t max_queued = 256;         // submitted jobs waiting for a worker; beyond: refused
   size_t max_running = 4;          // workers at once

@@ -116,6 +116,32 @@ void run_event_loop(asio::io_context& ioc) {
   }
 }
 
+// The sandbox every job's runners get, probed once so the log says what this machine applies;
+// with --sandbox strict a missing layer stops the daemon here rather than failing every job.
+protocol::SandboxPolicy start_sandbox(const ServeOptions& options) {
+  protocol::SandboxPolicy policy;
+  try {
+    policy = supervisor::prepare_host_sandbox(options.sandbox, options.state_dir);
+  } catch (const supervisor::SandboxOptionError& e) {
+    throw ServeOptionError(e.what());
+  }
+  const boost::json::object report = supervisor::probe_sandbox(options.worker_exe, policy);
+  const std::string summary = supervisor::describe_sandbox(report);
+  const auto* skipped = report.if_contains("skipped");
+  const bool complete = !report.contains("error") && skipped != nullptr && skipped->is_object() &&
+                        skipped->as_object().empty();
+  if (policy.mode == protocol::SandboxMode::strict && !complete)
+    throw std::runtime_error("--sandbox strict, and this machine cannot apply every layer: " +
+                             summary);
+  if (policy.mode == protocol::SandboxMode::off)
+    spdlog::warn("sandbox {} (--sandbox off: for debugging only; every result says so)", summary);
+  else if (complete)
+    spdlog::info("sandbox {}", summary);
+  else
+    spdlog::warn("sandbox {}", summary);
+  return policy;
+}
+
 } // namespace
 
 int serve(const ServeOptions& options) {
@@ -169,6 +195,7 @@ int serve(const ServeOptions& options) {
   DevicePool devices(jobs_ioc.get_executor(), discovery.gpus, options.jobs_per_gpu);
   JobManagerConfig job_config;
   job_config.worker_exe = options.worker_exe;
+  job_config.sandbox = start_sandbox(options);
   job_config.state_dir = options.state_dir;
   job_config.max_queued = options.max_queued;
   job_config.max_running = options.max_workers != 0

@@ -3,6 +3,8 @@
 // accepting and lets running jobs finish within a grace period, the second cancels them.
 #pragma once
 
+#include "supervisor/sandbox_setup.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +26,8 @@ struct ServeOptions {
   std::filesystem::path state_dir; // job records (jobs/), work directories (work/), lock
   std::filesystem::path worker_exe;
   std::vector<std::filesystem::path> plugin_dirs;
+  // The sandbox of every job's user code (--sandbox, --job-user, --job-memory, --job-pids).
+  supervisor::SandboxOptions sandbox;
   size_t max_queued = 256; // jobs waiting for a worker before submissions get 503
   size_t max_workers = 0;  // workers at once; 0: CPU cores + GPUs
   size_t jobs_per_gpu = 1; // 1: validation and profiling own their GPU

@@ -55,6 +55,7 @@ supervisor::JobLaunch make_launch(const request::EvalRequest& request,
                                   const RunOptions& options) {
   supervisor::JobLaunch launch;
   launch.worker_exe = options.worker_exe;
+  launch.sandbox = options.sandbox;
   launch.job_id = job_id;
   launch.mode = request.mode == request::EvalRequest::Mode::compare ? "compare" : "evaluate";
   launch.request = request.original;

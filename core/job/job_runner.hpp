@@ -29,6 +29,7 @@ inline constexpr uint64_t kDefaultJobSeed = 0x6b6576616cull; // "keval"
 struct RunOptions {
   std::filesystem::path worker_exe;
   std::filesystem::path work_root; // job work directories are created (and removed) here
+  protocol::SandboxPolicy sandbox; // for every worker (supervisor/sandbox_setup.hpp)
   // Decides a device for a worker's need_device (CLI: the first offered type, device 0).
   std::function<void(const boost::json::array& device_types,
                      std::function<void(boost::json::object)> grant)>

@@ -437,6 +437,7 @@ json::object to_frame(const JobFrame& job) {
   m["work_dir"] = job.work_dir;
   m["cuda_arch"] = job.cuda_arch;
   m["seed"] = job.seed;
+  m["timeout_ms"] = job.timeout_ms;
   return m;
 }
 
@@ -465,6 +466,8 @@ JobFrame parse_job_frame(const json::object& m) {
     job.seed = seed->as_uint64();
   else
     job.seed = static_cast<uint64_t>(integer_at(m, "seed"));
+  if (const json::value* timeout = m.if_contains("timeout_ms"); timeout != nullptr)
+    job.timeout_ms = integer_at(m, "timeout_ms");
   return job;
 }
 

@@ -138,6 +138,7 @@ struct JobFrame {
   std::string work_dir;
   int64_t cuda_arch = 0;
   uint64_t seed = 0;
+  int64_t timeout_ms = 0; // the job's wall-clock budget (0: unknown); bounds its CPU time
 };
 
 struct PhaseMessage {

@@ -166,6 +166,19 @@ Response build_response(const JobRecord& record) {
 
   if (compiled_json)
     metadata["compile"] = *compiled_json;
+  // What held the candidate's user code (worker/isolation/sandbox.hpp), the reference's beside it
+  // when it ran in a sandbox that differs.
+  if (custom_compile && !custom_compile->isolation.empty()) {
+    json::object sandbox = custom_compile->isolation;
+    if (ref_compile && !ref_compile->isolation.empty()) {
+      json::object ref;
+      for (const char* key : {"active", "skipped"})
+        if (const json::value* v = ref_compile->isolation.if_contains(key))
+          ref[key] = *v;
+      sandbox["ref"] = std::move(ref);
+    }
+    metadata["sandbox"] = std::move(sandbox);
+  }
   if (validated_json) {
     metadata["validation"] = *validated_json;
     if (!validated->device.empty())

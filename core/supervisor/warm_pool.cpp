@@ -13,9 +13,9 @@ constexpr size_t kMaxConsecutiveDeaths = 3;
 } // namespace
 
 WarmPool::WarmPool(boost::asio::any_io_executor executor, std::filesystem::path worker_exe,
-                   size_t size, size_t max_sets)
-    : executor_(std::move(executor)), worker_exe_(std::move(worker_exe)), size_(size),
-      max_sets_(std::max<size_t>(1, max_sets)) {}
+                   protocol::SandboxPolicy sandbox, size_t size, size_t max_sets)
+    : executor_(std::move(executor)), worker_exe_(std::move(worker_exe)),
+      sandbox_(std::move(sandbox)), size_(size), max_sets_(std::max<size_t>(1, max_sets)) {}
 
 WarmPool::~WarmPool() {
   std::lock_guard lock(mutex_);
@@ -83,7 +83,8 @@ void WarmPool::refill(SetPool& pool) {
   }
   while (pool.workers.size() < size_) {
     try {
-      pool.workers.push_back(PrestartedWorker::spawn(executor_, worker_exe_, pool.plugins));
+      pool.workers.push_back(
+          PrestartedWorker::spawn(executor_, worker_exe_, sandbox_, pool.plugins));
     } catch (const std::exception& e) {
       spdlog::warn("cannot prestart a worker ({}); jobs start their own", e.what());
       return;

@@ -42,8 +42,8 @@ public:
 
   // Keeps `size` workers per prewarm set (0: the pool stays empty and take() returns null), for
   // at most `max_sets` sets at once.
-  WarmPool(boost::asio::any_io_executor executor, std::filesystem::path worker_exe, size_t size,
-           size_t max_sets = 4);
+  WarmPool(boost::asio::any_io_executor executor, std::filesystem::path worker_exe,
+           protocol::SandboxPolicy sandbox, size_t size, size_t max_sets = 4);
   ~WarmPool(); // kills the workers no job took
 
   // A live worker prestarted for exactly `prewarm` (order does not matter), or null when there
@@ -61,6 +61,7 @@ private:
 
   boost::asio::any_io_executor executor_;
   std::filesystem::path worker_exe_;
+  protocol::SandboxPolicy sandbox_;
   size_t size_, max_sets_;
   mutable std::mutex mutex_;
   std::list<SetPool> pools_; // most recently used first

@@ -35,11 +35,13 @@ namespace detail {
 
 std::unique_ptr<SpawnedWorker> spawn_worker(asio::strand<asio::any_io_executor> strand,
                                             const std::filesystem::path& worker_exe,
+                                            const protocol::SandboxPolicy& sandbox,
                                             const std::vector<std::filesystem::path>& prewarm) {
   auto worker = std::make_unique<SpawnedWorker>(std::move(strand));
   local_socket child_end(worker->strand);
   asio::local::connect_pair(worker->socket, child_end);
-  std::vector<std::string> args{"--protocol-fd", "3"};
+  std::vector<std::string> args{"--protocol-fd", "3", "--sandbox",
+                                json::serialize(protocol::to_json(sandbox))};
   for (const auto& plugin : prewarm) {
     args.emplace_back("--prewarm");
     args.push_back(plugin.string());
@@ -78,7 +80,7 @@ public:
     started_ = Clock::now();
     if (!worker) {
       try {
-        worker = detail::spawn_worker(strand_, launch_.worker_exe, {});
+        worker = detail::spawn_worker(strand_, launch_.worker_exe, launch_.sandbox, {});
       } catch (const std::exception& e) {
         force(End::spawn_failed, "cannot start " + launch_.worker_exe.string() + ": " + e.what());
         exited_ = socket_closed_ = out_closed_ = err_closed_ = true;
@@ -246,6 +248,7 @@ private:
     job.work_dir = launch_.work_dir.string();
     job.cuda_arch = launch_.cuda_arch;
     job.seed = launch_.seed;
+    job.timeout_ms = launch_.timeout.count();
     send(protocol::to_frame(job), protocol::kMaxJobFrameBytes);
   }
 
@@ -480,9 +483,10 @@ PrestartedWorker::~PrestartedWorker() {
 
 std::unique_ptr<PrestartedWorker>
 PrestartedWorker::spawn(asio::any_io_executor executor, const std::filesystem::path& worker_exe,
+                        const protocol::SandboxPolicy& sandbox,
                         const std::vector<std::filesystem::path>& prewarm) {
-  return std::unique_ptr<PrestartedWorker>(
-      new PrestartedWorker(detail::spawn_worker(asio::make_strand(executor), worker_exe, prewarm)));
+  return std::unique_ptr<PrestartedWorker>(new PrestartedWorker(
+      detail::spawn_worker(asio::make_strand(executor), worker_exe, sandbox, prewarm)));
 }
 
 bool PrestartedWorker::alive(std::string* why) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "protocol/job_contract.hpp"
+#include "protocol/sandbox_policy.hpp"
 #include "supervisor/process.hpp"
 
 #include <chrono>
@@ -24,6 +25,7 @@ namespace keval::supervisor {
 
 struct JobLaunch {
   std::filesystem::path worker_exe;
+  protocol::SandboxPolicy sandbox; // what the worker's runners apply to themselves
   std::string job_id;
   std::string mode;            // "evaluate" or "compare"
   boost::json::object request; // as the client sent it; the worker parses it again
@@ -84,6 +86,7 @@ public:
   // cannot be started.
   static std::unique_ptr<PrestartedWorker> spawn(boost::asio::any_io_executor executor,
                                                  const std::filesystem::path& worker_exe,
+                                                 const protocol::SandboxPolicy& sandbox,
                                                  const std::vector<std::filesystem::path>& prewarm);
   ~PrestartedWorker();
   PrestartedWorker(const PrestartedWorker&) = delete;

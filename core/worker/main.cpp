@@ -16,6 +16,7 @@
 #include "common/version.hpp"
 #include "protocol/blocking_channel.hpp"
 #include "protocol/job_contract.hpp"
+#include "protocol/sandbox_policy.hpp"
 #include "worker/isolation/isolation.hpp"
 #include "worker/pipeline/pipeline.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
@@ -122,19 +123,43 @@ int list_devices() {
   return 0;
 }
 
+// Starts one runner under POLICY (JSON), prints the sandbox it reports (one JSON object) and
+// ends it: what `keval serve` logs at start, and how --sandbox strict learns a layer is missing
+// before any job runs.
+int sandbox_probe(const char* policy_json) {
+  keval::worker::isolation::protect_trusted_process();
+  boost::json::object out;
+  int status = 0;
+  try {
+    const auto policy = keval::protocol::parse_sandbox_policy(std::string_view(policy_json));
+    auto runner = keval::worker::RunnerClient::spawn(
+        std::filesystem::read_symlink("/proc/self/exe"), {}, policy);
+    const boost::json::object hello = runner->await_hello();
+    if (const auto* isolation = hello.if_contains("isolation"); isolation && isolation->is_object())
+      out = isolation->as_object();
+  } catch (const std::exception& e) {
+    out["error"] = e.what();
+    status = 1;
+  }
+  keval::worker::isolation::kill_descendants();
+  std::cout << boost::json::serialize(out) << std::endl;
+  return status;
+}
+
 // The job's runners: started ahead of the job when the worker is (`--prewarm`: the plugins'
 // prewarm hooks, importing torch say, run in them while the job is not yet known), otherwise
 // started for the job.
 class Runners final : public keval::worker::RunnerSource {
 public:
-  explicit Runners(std::filesystem::path worker_exe) : worker_exe_(std::move(worker_exe)) {}
+  Runners(std::filesystem::path worker_exe, keval::protocol::SandboxPolicy sandbox)
+      : worker_exe_(std::move(worker_exe)), sandbox_(std::move(sandbox)) {}
 
   // Starts `count` runners that prewarm `plugins`, and waits for their hellos.
   void prestart(size_t count, const std::vector<std::string>& plugins,
                 keval::protocol::Hello& hello) {
     const auto started = std::chrono::steady_clock::now();
     for (size_t i = 0; i < count; ++i)
-      ready_.push_back(keval::worker::RunnerClient::spawn(worker_exe_, plugins));
+      ready_.push_back(keval::worker::RunnerClient::spawn(worker_exe_, plugins, sandbox_));
 #ifdef KEVAL_HAVE_CUDA
     opener_.start();
 #endif
@@ -156,7 +181,7 @@ public:
       runner = std::move(ready_.front());
       ready_.erase(ready_.begin());
     } else {
-      runner = keval::worker::RunnerClient::spawn(worker_exe_, {});
+      runner = keval::worker::RunnerClient::spawn(worker_exe_, {}, sandbox_);
       greet(*runner);
     }
     runner->set_side(side);
@@ -185,6 +210,7 @@ private:
   }
 
   std::filesystem::path worker_exe_;
+  keval::protocol::SandboxPolicy sandbox_;
   std::vector<std::unique_ptr<keval::worker::RunnerClient>> ready_;
   std::map<pid_t, boost::json::object> hellos_;
 #ifdef KEVAL_HAVE_CUDA
@@ -196,14 +222,15 @@ private:
 // A job's sides: the reference of a compare and the candidate.
 constexpr size_t kSidesPerJob = 2;
 
-int serve_one_job(int fd, const std::vector<std::string>& prewarm_paths) {
+int serve_one_job(int fd, const std::vector<std::string>& prewarm_paths,
+                  const keval::protocol::SandboxPolicy& sandbox) {
   // This process decides the verdict and never runs user code: nothing of another process may
   // read or write it, and whatever the runners leave behind is reparented to it and ended.
   const boost::json::object layers = keval::worker::isolation::protect_trusted_process();
   // Frames from the host are summaries but for the job, which carries the whole request.
   keval::protocol::BlockingChannel channel(fd, "host", keval::protocol::kMaxJobFrameBytes);
   try {
-    Runners runners(std::filesystem::read_symlink("/proc/self/exe"));
+    Runners runners(std::filesystem::read_symlink("/proc/self/exe"), sandbox);
     keval::protocol::Hello hello;
     hello.worker_version = keval::kVersion;
     hello.pid = ::getpid();
@@ -235,30 +262,43 @@ int main(int argc, char** argv) {
     return describe(argc, argv);
   if (argc == 2 && std::strcmp(argv[1], "--devices") == 0)
     return list_devices();
-  // `--runner --channel-fd FD [--prewarm PLUGIN]...`: one side's user code, for a trusted worker.
+  if (argc == 3 && std::strcmp(argv[1], "--sandbox-probe") == 0)
+    return sandbox_probe(argv[2]);
+  // `--runner --channel-fd FD [--sandbox POLICY] [--prewarm PLUGIN]...`: one side's user code,
+  // for a trusted worker.
   const bool runner = argc >= 2 && std::strcmp(argv[1], "--runner") == 0;
   const int first = runner ? 2 : 1;
   const char* fd_option = runner ? "--channel-fd" : "--protocol-fd";
   if (argc >= first + 2 && (argc - first) % 2 == 0 && std::strcmp(argv[first], fd_option) == 0) {
     std::vector<std::string> prewarm_paths;
-    for (int i = first + 2; i + 1 < argc; i += 2) {
-      if (std::strcmp(argv[i], "--prewarm") != 0) {
-        std::fprintf(stderr, "keval-worker: unknown option '%s'\n", argv[i]);
-        return 2;
+    keval::protocol::SandboxPolicy sandbox;
+    try {
+      for (int i = first + 2; i + 1 < argc; i += 2) {
+        if (std::strcmp(argv[i], "--prewarm") == 0) {
+          prewarm_paths.emplace_back(argv[i + 1]);
+        } else if (std::strcmp(argv[i], "--sandbox") == 0) {
+          sandbox = keval::protocol::parse_sandbox_policy(std::string_view(argv[i + 1]));
+        } else {
+          std::fprintf(stderr, "keval-worker: unknown option '%s'\n", argv[i]);
+          return 2;
+        }
       }
-      prewarm_paths.emplace_back(argv[i + 1]);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "keval-worker: %s\n", e.what());
+      return 2;
     }
     const int fd = std::stoi(argv[first + 1]);
     if (runner)
-      return keval::worker::run_runner(fd, prewarm_paths);
+      return keval::worker::run_runner(fd, prewarm_paths, sandbox);
     keval::worker::isolation::end_descendants_on_sigterm(); // before any thread starts
-    return serve_one_job(fd, prewarm_paths);
+    return serve_one_job(fd, prewarm_paths, sandbox);
   }
   std::fprintf(
       stderr,
       "keval-worker %s: runs one keval job; started by keval, not by hand.\n"
-      "usage: keval-worker --protocol-fd FD [--prewarm PLUGIN.so]... | --describe PLUGIN.so... "
-      "| --devices | --runner --channel-fd FD [--prewarm PLUGIN.so]...\n",
+      "usage: keval-worker --protocol-fd FD [--sandbox POLICY] [--prewarm PLUGIN.so]... | "
+      "--describe PLUGIN.so... | --devices | --sandbox-probe POLICY | --runner --channel-fd FD "
+      "[--sandbox POLICY] [--prewarm PLUGIN.so]...\n",
       keval::kVersion);
   return 2;
 }

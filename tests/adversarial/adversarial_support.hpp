@@ -233,12 +233,15 @@ inline std::optional<json::object> trailing_object(const std::string& text) {
 }
 
 // `keval compare` on `request`, with its state (records kept) in `state_dir`.
-inline CliRun run_cli(const json::object& request, const fs::path& state_dir) {
+inline CliRun run_cli(const json::object& request, const fs::path& state_dir,
+                      const std::vector<std::string>& extra_args = {}) {
   fs::create_directories(state_dir);
   const auto path = write_request(state_dir.parent_path(),
                                   state_dir.filename().string() + "-request.json", request);
-  auto r =
-      run_keval({"compare", path.string(), "--state-dir", state_dir.string(), "--keep-record"});
+  std::vector<std::string> args{"compare", path.string(), "--state-dir", state_dir.string(),
+                                "--keep-record"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  auto r = run_keval(args);
   CliRun run;
   run.exit_code = r.exit_code ? *r.exit_code : -1;
   run.out = r.out;
@@ -384,6 +387,30 @@ inline std::vector<pid_t> still_alive(const std::vector<pid_t>& pids,
 
 // The pids a candidate recorded: "<role>.pid" files in `dir` and "KEVAL_PID <pid> <role>" lines
 // it printed (either may be unavailable to a sandboxed process; both are read).
+// Where a candidate leaves what the test observes (pid files, markers): its sandbox lets it write
+// nowhere but its own directory and /dev/shm, so a fresh world-writable directory there (the job
+// uid, when keval runs as root, is not ours). Removed with everything in it.
+class DropBox {
+public:
+  DropBox() {
+    const fs::path base =
+        fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
+    path_ = base / unique_id("keval-adversarial");
+    fs::create_directories(path_);
+    fs::permissions(path_, fs::perms::all, fs::perm_options::replace);
+  }
+  ~DropBox() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  DropBox(const DropBox&) = delete;
+  DropBox& operator=(const DropBox&) = delete;
+  const fs::path& path() const { return path_; }
+
+private:
+  fs::path path_;
+};
+
 inline std::vector<pid_t> recorded_pids(const fs::path& dir, const json::value& result) {
   std::vector<pid_t> pids;
   auto add = [&](const std::string& text) {

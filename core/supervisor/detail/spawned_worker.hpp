@@ -2,6 +2,8 @@
 // WorkerSession supervises, whether it spawned the worker itself or adopted a prestarted one.
 #pragma once
 
+#include "protocol/sandbox_policy.hpp"
+
 #include "supervisor/detail/child_setup.hpp"
 
 #include <filesystem>
@@ -28,11 +30,11 @@ struct SpawnedWorker {
       process;
 };
 
-// Starts `worker_exe --protocol-fd 3 [--prewarm PLUGIN]...` in its own process group. Throws
-// when it cannot be started.
+// Starts `worker_exe --protocol-fd 3 --sandbox POLICY [--prewarm PLUGIN]...` in its own process
+// group. Throws when it cannot be started.
 std::unique_ptr<SpawnedWorker>
 spawn_worker(boost::asio::strand<boost::asio::any_io_executor> strand,
-             const std::filesystem::path& worker_exe,
+             const std::filesystem::path& worker_exe, const protocol::SandboxPolicy& sandbox,
              const std::vector<std::filesystem::path>& prewarm);
 
 } // namespace keval::supervisor::detail

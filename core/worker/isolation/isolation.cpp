@@ -133,13 +133,18 @@ void end_descendants_on_sigterm() {
 }
 
 pid_t spawn_with_channel(const std::filesystem::path& exe, const std::vector<std::string>& args,
-                         int channel_fd) {
+                         int channel_fd, const std::vector<std::string>& environment) {
   std::vector<std::string> storage{exe.string()};
   storage.insert(storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : storage)
     argv.push_back(a.data());
   argv.push_back(nullptr);
+  std::vector<std::string> env_storage = environment;
+  std::vector<char*> envp;
+  for (auto& e : env_storage)
+    envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0)
@@ -170,7 +175,7 @@ pid_t spawn_with_channel(const std::filesystem::path& exe, const std::vector<std
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr); // SIGTERM is blocked in the trusted worker
     ::signal(SIGPIPE, SIG_DFL);
-    ::execv(argv[0], argv.data());
+    ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
   return pid;

@@ -9,6 +9,7 @@
 #include "worker/engine/detail/tensor_bytes.hpp"
 #include "worker/engine/engine.hpp"
 #include "worker/isolation/isolation.hpp"
+#include "worker/isolation/sandbox.hpp"
 #include "worker/pipeline/arguments.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
 #include "worker/runner/detail/wire.hpp"
@@ -26,6 +27,7 @@
 #include <cstdio>
 #include <future>
 #include <optional>
+#include <thread>
 #include <type_traits>
 
 #include <boost/json/array.hpp>
@@ -209,6 +211,7 @@ private:
     std::vector<int64_t> pending;
     for (auto& side : sides_) {
       side->isolation = runners_.hello_of(*side->runner);
+      refuse_without_strict_sandbox(*side);
       json::object load;
       load["type"] = runner_msg::kLoad;
       load["plugin"] = side->plugin_path.string();
@@ -227,6 +230,22 @@ private:
 
   Side& custom() {
     return *sides_.back();
+  }
+
+  // --sandbox strict: a runner that lacks a layer runs nothing. Not the kernel's fault: the job
+  // fails as keval's (the machine cannot give what was asked for).
+  static void refuse_without_strict_sandbox(const Side& side) {
+    const json::value* mode = side.isolation.if_contains("mode");
+    if (mode == nullptr || !mode->is_string() || mode->as_string() != "strict")
+      return;
+    const std::vector<std::string> missing = isolation::missing_layers(side.isolation);
+    if (missing.empty())
+      return;
+    std::string text;
+    for (const auto& line : missing)
+      text += (text.empty() ? "" : "; ") + line;
+    throw std::runtime_error("--sandbox strict: the " + side.name +
+                             " kernel's process lacks sandbox layers (" + text + ")");
   }
 
   // ---------------------------------------------------------------------------------------
@@ -260,10 +279,17 @@ private:
   bool compile_all() {
     std::vector<int64_t> pending;
     std::vector<Clock::time_point> started;
+    // A runner writes only its own directory (its sandbox), so that is the plugin's work_dir.
+    const int64_t cpu_seconds =
+        job_.timeout_ms > 0
+            ? (job_.timeout_ms / 1000 + 1) *
+                  std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()))
+            : 0;
     for (auto& side : sides_) {
-      const auto dir = job_.work_dir / side->name;
-      std::filesystem::create_directories(dir);
+      const std::filesystem::path dir = side->runner->directory();
       json::object c;
+      if (cpu_seconds > 0)
+        c["cpu_seconds"] = cpu_seconds;
       c["type"] = runner_msg::kCompile;
       c["source_code"] = side->code->source_code;
       c["metadata"] = json::serialize(side->code->metadata);
@@ -284,8 +310,7 @@ private:
           if (!ref()->code->io_json.is_null())
             companion["io"] = json::serialize(ref()->code->io_json);
           companion["side"] = "ref";
-          companion["work_dir"] = (job_.work_dir / "custom_companion").string();
-          std::filesystem::create_directories(job_.work_dir / "custom_companion");
+          companion["work_dir"] = (dir / "companion").string();
           companion_seq_ = side->runner->send(std::move(companion), "compiling");
         }
         pending.push_back(side->runner->send(std::move(c), "compiling"));
@@ -921,6 +946,7 @@ JobSpec parse_job(const json::object& frame) {
   job.work_dir = parsed.work_dir;
   job.cuda_arch = static_cast<int>(parsed.cuda_arch);
   job.seed = parsed.seed;
+  job.timeout_ms = parsed.timeout_ms;
   return job;
 }
 

@@ -33,6 +33,7 @@ struct JobSpec {
   // Set when TensorData did not decode: the job compiles, then reports it as its validation
   // result (a bad request).
   std::optional<InputDataError> input_data_error;
+  int64_t timeout_ms = 0;
 };
 
 // Parses a `job` frame; throws std::runtime_error (the host sent something invalid).

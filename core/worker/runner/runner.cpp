@@ -4,6 +4,7 @@
 #include "protocol/blocking_channel.hpp"
 #include "worker/engine/engine.hpp"
 #include "worker/isolation/isolation.hpp"
+#include "worker/isolation/sandbox.hpp"
 #include "worker/pipeline/arguments.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
 #include "worker/runner/detail/wire.hpp"
@@ -144,9 +145,10 @@ private:
   static json::object failure(const CommandError& e) {
     json::object error;
     error["type"] = e.type;
-    error["message"] = e.message;
+    // Past an rlimit memory limit, user code sees an allocation failure: say which limit.
+    error["message"] = isolation::explain_allocation_failure(e.message);
     if (!e.details.empty())
-      error["details"] = e.details;
+      error["details"] = isolation::explain_allocation_failure(e.details);
     json::object reply;
     reply["ok"] = false;
     reply["error"] = std::move(error);
@@ -234,6 +236,11 @@ private:
                                : std::string();
     const std::string work_dir = detail::string_field(c, "work_dir");
     const std::string side = detail::string_field(c, "side");
+    // CPU time, all threads together, bounded by the job's timeout on every core (the host ends
+    // the job at its timeout anyway; this bounds what a runaway process burns until then).
+    if (const json::value* cpu = c.if_contains("cpu_seconds");
+        cpu != nullptr && cpu->is_int64() && cpu->as_int64() > 0)
+      isolation::limit_cpu_time(static_cast<uint64_t>(cpu->as_int64()));
     const auto start = std::chrono::steady_clock::now();
     keval_compile_args args{};
     args.struct_size = sizeof args;
@@ -457,11 +464,13 @@ private:
 
 } // namespace
 
-int run_runner(int channel_fd, const std::vector<std::string>& prewarm) {
+int run_runner(int channel_fd, const std::vector<std::string>& prewarm,
+               const protocol::SandboxPolicy& sandbox) {
   try {
-    Runner runner(channel_fd);
+    // First, while this process has one thread: nothing of a plugin has run yet.
     json::object hello;
-    hello["isolation"] = isolation::restrict_user_code_process();
+    hello["isolation"] = isolation::apply_sandbox(sandbox);
+    Runner runner(channel_fd);
     runner.prewarm(prewarm, hello);
     runner.hello(std::move(hello));
     runner.serve();

@@ -1,6 +1,7 @@
 #include "worker/runner/runner_client.hpp"
 
 #include "worker/isolation/isolation.hpp"
+#include "worker/isolation/sandbox.hpp"
 #include "worker/runner/runner_protocol.hpp"
 
 #include <cerrno>
@@ -20,30 +21,37 @@ namespace keval::worker {
 namespace json = boost::json;
 
 std::unique_ptr<RunnerClient> RunnerClient::spawn(const std::filesystem::path& worker_exe,
-                                                  const std::vector<std::string>& prewarm) {
+                                                  const std::vector<std::string>& prewarm,
+                                                  const protocol::SandboxPolicy& sandbox) {
+  protocol::SandboxPolicy place = isolation::place_runner(sandbox);
   int fds[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    isolation::remove_runner_place(place);
     throw std::system_error(errno, std::generic_category(), "socketpair");
-  std::vector<std::string> args{"--runner", "--channel-fd", "3"};
+  }
+  std::vector<std::string> args{"--runner", "--channel-fd", "3", "--sandbox",
+                                json::serialize(protocol::to_json(place))};
   for (const auto& plugin : prewarm) {
     args.emplace_back("--prewarm");
     args.push_back(plugin);
   }
   pid_t pid = -1;
   try {
-    pid = isolation::spawn_with_channel(worker_exe, args, fds[1]);
+    pid = isolation::spawn_with_channel(worker_exe, args, fds[1],
+                                        isolation::sandbox_environment(place));
   } catch (...) {
     ::close(fds[0]);
     ::close(fds[1]);
+    isolation::remove_runner_place(place);
     throw;
   }
   ::close(fds[1]);
-  return std::unique_ptr<RunnerClient>(new RunnerClient(pid, fds[0]));
+  return std::unique_ptr<RunnerClient>(new RunnerClient(pid, fds[0], std::move(place)));
 }
 
-RunnerClient::RunnerClient(pid_t pid, int fd)
-    : pid_(pid), channel_(std::make_unique<protocol::BlockingChannel>(
-                     fd, "runner", runner_msg::kMaxRunnerFrameBytes)) {}
+RunnerClient::RunnerClient(pid_t pid, int fd, protocol::SandboxPolicy place)
+    : pid_(pid), place_(std::move(place)), channel_(std::make_unique<protocol::BlockingChannel>(
+                                               fd, "runner", runner_msg::kMaxRunnerFrameBytes)) {}
 
 RunnerClient::~RunnerClient() {
   if (!reaped_) {
@@ -52,6 +60,7 @@ RunnerClient::~RunnerClient() {
     while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
   }
+  isolation::remove_runner_place(place_);
 }
 
 bool RunnerClient::ok(const json::object& reply) {
@@ -85,7 +94,8 @@ std::string RunnerClient::wait_for_exit() {
     const pid_t done = ::waitpid(pid_, &status, WNOHANG);
     if (done == pid_) {
       reaped_ = true;
-      return isolation::describe_wait_status(status);
+      const std::string limit = isolation::limit_that_ended(place_);
+      return limit.empty() ? isolation::describe_wait_status(status) : limit;
     }
     if (done < 0 && errno != EINTR) {
       reaped_ = true;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "protocol/blocking_channel.hpp"
+#include "protocol/sandbox_policy.hpp"
 
 #include <filesystem>
 #include <memory>
@@ -30,11 +31,17 @@ struct RunnerError {
 
 class RunnerClient {
 public:
-  // Starts `worker_exe --runner --channel-fd 3 [--prewarm PLUGIN]...`. `side` names it in
-  // errors ("custom", "ref"). Throws std::system_error when it cannot be started.
+  // Starts `worker_exe --runner --channel-fd 3 --sandbox POLICY [--prewarm PLUGIN]...` in a
+  // place of its own (its directory, its cgroup: isolation::place_runner) with the sandbox's
+  // environment. Throws std::system_error when it cannot be started.
   static std::unique_ptr<RunnerClient> spawn(const std::filesystem::path& worker_exe,
-                                             const std::vector<std::string>& prewarm);
-  ~RunnerClient(); // kills the runner if it is still there
+                                             const std::vector<std::string>& prewarm,
+                                             const protocol::SandboxPolicy& sandbox);
+  ~RunnerClient(); // kills the runner if it is still there, then removes its place
+
+  // The runner's own directory: the only one it may write (its plugin's work_dir).
+  const std::string& directory() const { return place_.runner_dir; }
+  const protocol::SandboxPolicy& place() const { return place_; }
   RunnerClient(const RunnerClient&) = delete;
   RunnerClient& operator=(const RunnerClient&) = delete;
 
@@ -70,11 +77,12 @@ public:
   void stop();
 
 private:
-  RunnerClient(pid_t pid, int fd);
+  RunnerClient(pid_t pid, int fd, protocol::SandboxPolicy place);
   [[noreturn]] void fail(const std::string& doing, const std::string& problem);
   std::string wait_for_exit();
 
   pid_t pid_;
+  protocol::SandboxPolicy place_;
   bool reaped_ = false;
   std::string side_ = "runner";
   std::unique_ptr<protocol::BlockingChannel> channel_;

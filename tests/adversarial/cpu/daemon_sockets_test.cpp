@@ -87,8 +87,8 @@ TEST_F(DaemonSockets, KernelHoldsOnlyItsOwnDescriptors) {
 TEST_F(DaemonSockets, AcceptOnAnInheritedListenerAnswersNoClient) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ready()) << daemon.log();
-  const auto markers = daemon.tmp() / "markers";
-  fs::create_directories(markers);
+  const DropBox drop;
+  const auto markers = drop.path();
   const std::string attacker = unique_id("accept-attacker");
   const auto submitted = daemon.post(
       "/compare", daemon::with_async(relu_compare(

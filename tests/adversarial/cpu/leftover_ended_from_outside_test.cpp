@@ -29,8 +29,8 @@ std::vector<pid_t> wait_for_pids(const fs::path& dir, std::chrono::milliseconds 
 
 TEST_F(LeftoverAfterTheJobEnds, ATimeoutEndsEveryProcessOfTheJob) {
   TempDir tmp;
-  const auto pid_dir = tmp.path() / "pids";
-  fs::create_directories(pid_dir);
+  const DropBox drop;
+  const auto pid_dir = drop.path();
   const auto candidate = source("leftover_then_hang.py", {{"PID_DIR", pid_dir.string()}});
   json::object request = relu_compare(candidate, unique_id("leftover-timeout"));
   // Long enough for the candidate's import (torch, and CUDA on a GPU machine) to have run; the
@@ -47,8 +47,8 @@ TEST_F(LeftoverAfterTheJobEnds, ATimeoutEndsEveryProcessOfTheJob) {
 
 TEST_F(LeftoverAfterTheJobEnds, TheDeathOfKevalEndsEveryProcessOfTheJob) {
   TempDir tmp;
-  const auto pid_dir = tmp.path() / "pids";
-  fs::create_directories(pid_dir);
+  const DropBox drop;
+  const auto pid_dir = drop.path();
   const auto candidate = source("leftover_then_hang.py", {{"PID_DIR", pid_dir.string()}});
   const auto request_path = write_request(
       tmp.path(), "request.json", relu_compare(candidate, unique_id("leftover-host-death")));

@@ -20,8 +20,8 @@ void expect_attempted(const std::vector<pid_t>& pids, const json::value& result)
 
 TEST_F(LeftoverProcesses, DieWithTheCliJobAndLeaveItsRecordAlone) {
   TempDir tmp;
-  const auto pid_dir = tmp.path() / "pids";
-  fs::create_directories(pid_dir);
+  const DropBox drop;
+  const auto pid_dir = drop.path();
   const auto state = tmp.path() / "state";
   const std::string id = unique_id("leftover-cli");
   const auto record_path = state / "jobs" / (id + ".json");
@@ -55,8 +55,8 @@ TEST_F(LeftoverProcesses, DieWithTheCliJobAndLeaveItsRecordAlone) {
 TEST_F(LeftoverProcesses, DieWithTheDaemonJobAndGetJobsServesTheGenuineResult) {
   Daemon daemon;
   ASSERT_TRUE(daemon.ready()) << daemon.log();
-  const auto pid_dir = daemon.tmp() / "pids";
-  fs::create_directories(pid_dir);
+  const DropBox drop;
+  const auto pid_dir = drop.path();
   const std::string id = unique_id("leftover-daemon");
   const auto record_path = daemon.state() / "jobs" / (id + ".json");
   const auto candidate = source("leftover_processes.py", {{"PID_DIR", pid_dir.string()},

@@ -23,7 +23,7 @@ WarmPool::PrewarmSet set_of(std::initializer_list<const char*> names) {
 
 TEST(WarmPool, TheFirstJobOfASetStartsItsOwnAndLaterOnesFindPrestartedWorkers) {
   boost::asio::io_context ctx;
-  WarmPool pool(ctx.get_executor(), worker_exe(), 2);
+  WarmPool pool(ctx.get_executor(), worker_exe(), {}, 2);
   const auto fault = set_of({"libkeval_fault_plugin.so"});
   EXPECT_EQ(pool.take(fault), nullptr); // not seen before: nothing was prewarmed for it
   EXPECT_EQ(pool.stats().ready, 2u);
@@ -45,7 +45,7 @@ TEST(WarmPool, TheFirstJobOfASetStartsItsOwnAndLaterOnesFindPrestartedWorkers) {
 
 TEST(WarmPool, AWorkerIsOnlyHandedToAJobOfExactlyItsSetInAnyOrder) {
   boost::asio::io_context ctx;
-  WarmPool pool(ctx.get_executor(), worker_exe(), 1);
+  WarmPool pool(ctx.get_executor(), worker_exe(), {}, 1);
   const auto a = set_of({"libkeval_fault_plugin.so"});
   const auto ab = set_of({"libkeval_fault_plugin.so", "other_plugin.so"});
   const auto ba = set_of({"other_plugin.so", "libkeval_fault_plugin.so"});
@@ -60,7 +60,7 @@ TEST(WarmPool, AWorkerIsOnlyHandedToAJobOfExactlyItsSetInAnyOrder) {
 
 TEST(WarmPool, TheLeastRecentlyUsedSetIsDroppedPastTheLimit) {
   boost::asio::io_context ctx;
-  WarmPool pool(ctx.get_executor(), worker_exe(), 1, /*max_sets=*/2);
+  WarmPool pool(ctx.get_executor(), worker_exe(), {}, 1, /*max_sets=*/2);
   const auto a = set_of({"a.so"}), b = set_of({"b.so"}), c = set_of({"c.so"});
   EXPECT_EQ(pool.take(a), nullptr);
   EXPECT_EQ(pool.take(b), nullptr);
@@ -75,7 +75,7 @@ TEST(WarmPool, TheLeastRecentlyUsedSetIsDroppedPastTheLimit) {
 
 TEST(WarmPool, SizeZeroKeepsNothing) {
   boost::asio::io_context ctx;
-  WarmPool pool(ctx.get_executor(), worker_exe(), 0);
+  WarmPool pool(ctx.get_executor(), worker_exe(), {}, 0);
   const auto a = set_of({"libkeval_fault_plugin.so"});
   EXPECT_EQ(pool.take(a), nullptr);
   EXPECT_EQ(pool.take(a), nullptr);

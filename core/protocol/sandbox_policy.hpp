@@ -1,0 +1,68 @@
+// The sandbox a job's user code runs in, as the host asks for it: what `keval serve` / `keval run`
+// were told (--sandbox, --job-user, --job-memory, --job-pids, ...), handed to every keval-worker on
+// its command line (workers are started before their job, so it cannot travel in the job frame),
+// and from the worker to each runner together with what only the worker knows (the runner's own
+// directory, the cgroup it joins). The layers themselves are applied in the runner
+// (worker/isolation/sandbox.hpp), each reported.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/json/object.hpp>
+
+namespace keval::protocol {
+
+enum class SandboxMode {
+  standard, // every layer the machine allows, the others reported as skipped with their reason
+  strict,   // a job whose runner lacks any layer fails before user code is loaded
+  off,      // debugging only: no layer but the separate process; every result says so
+};
+const char* sandbox_mode_name(SandboxMode mode);
+std::optional<SandboxMode> parse_sandbox_mode(std::string_view name);
+
+struct SandboxPolicy {
+  SandboxMode mode = SandboxMode::standard;
+  // Who runs user code when keval runs as root (ignored otherwise: an ordinary user cannot switch).
+  uint32_t job_uid = 65534;
+  uint32_t job_gid = 65534;
+  // Per process that runs user code, its descendants included where a cgroup holds them.
+  uint64_t memory_bytes = 0; // 0: the default (default_job_memory())
+  uint64_t max_processes = 1024;
+  uint64_t max_file_bytes = 8ull << 30; // largest file it may write
+  uint64_t max_open_files = 4096;
+  // Where the trusted worker makes each runner's own directory.
+  std::string work_root;
+  // Never readable by user code (the state directory: records, their key, other jobs' files).
+  std::string private_dir;
+  // Writable beyond the runner's own directory (the torch_cuda build cache).
+  std::vector<std::string> shared_writable;
+  // Filled by the trusted worker for one runner:
+  std::string runner_dir; // the runner's working directory, HOME and TMPDIR; the only place it
+                          // writes besides shared_writable
+  // cgroup v2, from the host: a delegated directory (memory and pids controllers enabled in its
+  // cgroup.subtree_control) where each runner gets a cgroup of its own; empty: rlimits instead,
+  // cgroup_skipped saying why.
+  std::string cgroup_parent;
+  std::string cgroup_skipped;
+  std::string cgroup; // filled by the trusted worker: the runner's own cgroup, which it joins
+};
+
+// True when runners will run as the job uid (keval is root and the sandbox is on).
+bool switches_user(const SandboxPolicy& policy);
+
+// Half of this machine's memory, at most 16 GiB.
+uint64_t default_job_memory();
+
+boost::json::object to_json(const SandboxPolicy& policy);
+// Throws std::invalid_argument naming the field at fault.
+SandboxPolicy parse_sandbox_policy(const boost::json::object& o);
+SandboxPolicy parse_sandbox_policy(std::string_view json_text);
+
+// "512M", "16G", "1073741824" -> bytes; nullopt when it is not a size.
+std::optional<uint64_t> parse_byte_size(std::string_view text);
+
+} // namespace keval::protocol

@@ -1,0 +1,49 @@
+// The host's half of the sandbox: turns `--sandbox`, `--job-user`, `--job-memory`, `--job-pids`
+// into the policy every keval-worker is started with, prepares what the job uid must reach (its
+// runners' directories, the shared build cache) and what it must not (the state directory), hands
+// a delegated cgroup v2 to the runners where this process may, and probes what the machine
+// actually applies so `keval serve` can say it once at start.
+#pragma once
+
+#include "protocol/sandbox_policy.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+
+#include <boost/json/object.hpp>
+
+namespace keval::supervisor {
+
+struct SandboxOptions {
+  protocol::SandboxMode mode = protocol::SandboxMode::standard;
+  std::string job_user = "nobody"; // NAME, UID or UID:GID; used when keval runs as root
+  uint64_t memory_bytes = 0;       // 0: protocol::default_job_memory()
+  uint64_t max_processes = 1024;
+};
+
+class SandboxOptionError : public std::invalid_argument {
+public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// The policy for workers of a host whose state lives in `state_dir`. Creates the work root and
+// the shared build cache; when keval runs as root and will switch to the job uid, makes the state
+// directory and work root traversable (0711: not listable) and the cache the job uid's. Also
+// moves this process into a leaf of its cgroup when that is what it takes to delegate memory
+// and pids limits to runners (see the .cpp). Throws SandboxOptionError for a bad --job-user.
+protocol::SandboxPolicy prepare_host_sandbox(const SandboxOptions& options,
+                                             const std::filesystem::path& state_dir);
+
+// Starts `worker_exe --sandbox-probe POLICY`: a runner that applies the sandbox and reports it.
+// Returns its report, or {"error": ...} when the probe itself failed.
+boost::json::object probe_sandbox(const std::filesystem::path& worker_exe,
+                                  const protocol::SandboxPolicy& policy,
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// One line for the log: "standard: active network, user, ...; skipped memory (why), ...".
+std::string describe_sandbox(const boost::json::object& report);
+
+} // namespace keval::supervisor

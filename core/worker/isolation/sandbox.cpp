@@ -1,0 +1,506 @@
+#include "worker/isolation/sandbox.hpp"
+
+#include "worker/isolation/detail/landlock.hpp"
+#include "worker/isolation/detail/seccomp.hpp"
+#include "worker/isolation/isolation.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <system_error>
+
+#include <boost/json/serialize.hpp>
+#include <fcntl.h>
+#include <grp.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace keval::worker::isolation {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+using protocol::SandboxMode;
+using protocol::SandboxPolicy;
+
+namespace {
+
+std::string errno_text(const std::string& what) {
+  return what + ": " + std::strerror(errno);
+}
+
+std::string bytes_text(uint64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  uint64_t value = bytes;
+  while (unit < 4 && value >= 1024 && value % 1024 == 0) {
+    value /= 1024;
+    ++unit;
+  }
+  return std::to_string(value) + " " + units[unit];
+}
+
+bool write_file(const fs::path& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int saved = errno;
+  ::close(fd);
+  errno = saved;
+  return ok;
+}
+
+// `key value` lines (memory.events, pids.events): the value of `key`, or 0.
+uint64_t event_count(const fs::path& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string name;
+  uint64_t value = 0;
+  while (in >> name >> value)
+    if (name == key)
+      return value;
+  return 0;
+}
+
+class Report {
+public:
+  void add(const char* name, bool active, std::string detail) {
+    json::object entry;
+    entry["active"] = active;
+    entry["detail"] = detail;
+    layers_[name] = std::move(entry);
+    if (!active)
+      skipped_[name] = std::move(detail);
+  }
+  json::object finish(SandboxMode mode) {
+    json::object out;
+    out["mode"] = protocol::sandbox_mode_name(mode);
+    json::array active;
+    for (const auto& [name, entry] : layers_)
+      if (entry.as_object().at("active").as_bool())
+        active.emplace_back(name);
+    out["active"] = std::move(active);
+    out["skipped"] = std::move(skipped_);
+    out["layers"] = std::move(layers_);
+    if (mode == SandboxMode::off)
+      out["warning"] = "--sandbox off: user code ran with keval's own uid, network, filesystem "
+                       "access and limits (for debugging only)";
+    return out;
+  }
+
+private:
+  json::object layers_, skipped_;
+};
+
+// Sets both the soft and the hard limit (never above the current hard limit, which an
+// unprivileged process cannot raise): user code cannot raise it back.
+bool lower_limit(int resource, uint64_t value, std::string& error) {
+  struct rlimit current {};
+  ::getrlimit(resource, &current);
+  rlim_t v = static_cast<rlim_t>(value);
+  if (current.rlim_max != RLIM_INFINITY && v > current.rlim_max)
+    v = current.rlim_max;
+  struct rlimit wanted {
+    v, v
+  };
+  if (::setrlimit(resource, &wanted) == 0)
+    return true;
+  error = errno_text("setrlimit");
+  return false;
+}
+
+size_t thread_count() {
+  size_t n = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc/self/task", ec), end; !ec && it != end; it.increment(ec))
+    ++n;
+  return n;
+}
+
+// Its own network namespace: no interface is up, so nothing is reachable, loopback included.
+// Root can make one directly; anyone else inside a user namespace of their own (one uid mapped).
+void own_network(Report& report) {
+  const uid_t uid = ::geteuid();
+  const gid_t gid = ::getegid();
+  if (uid == 0) {
+    if (::unshare(CLONE_NEWNET) == 0)
+      return report.add("network", true, "own network namespace, no interface up");
+    return report.add("network", false, errno_text("unshare(CLONE_NEWNET)"));
+  }
+  if (::unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0)
+    return report.add("network", false,
+                      errno_text("unshare(CLONE_NEWUSER | CLONE_NEWNET) (unprivileged user "
+                                 "namespaces disabled?)"));
+  const bool mapped =
+      write_file("/proc/self/setgroups", "deny") &&
+      write_file("/proc/self/uid_map", std::to_string(uid) + " " + std::to_string(uid) + " 1\n") &&
+      write_file("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1\n");
+  report.add(
+      "network", true,
+      std::string("own user and network namespace, no interface up") +
+          (mapped ? "" : " (uid map not written: " + std::string(std::strerror(errno)) + ")"));
+}
+
+// The job uid, when we are root. Tried on the effective ids first (the saved uid 0 lets us come
+// back): a uid that cannot read keval's own files or write the runner's directory would only make
+// every job fail, so the layer is reported skipped instead.
+void switch_user(const SandboxPolicy& policy, const std::vector<std::string>& must_read,
+                 Report& report) {
+  if (::getuid() != 0)
+    return report.add("user", false,
+                      "keval runs as uid " + std::to_string(::getuid()) +
+                          ", not root: user code runs as that uid (a dedicated uid needs root)");
+  const uid_t uid = policy.job_uid;
+  const gid_t gid = policy.job_gid;
+  if (uid == 0)
+    return report.add("user", false, "--job-user is root");
+  if (::setgroups(0, nullptr) != 0 || ::setresgid(-1, gid, -1) != 0 ||
+      ::setresuid(-1, uid, -1) != 0)
+    return report.add("user", false, errno_text("switching to uid " + std::to_string(uid)));
+  std::string problem;
+  for (const auto& path : must_read)
+    if (::faccessat(AT_FDCWD, path.c_str(), R_OK, AT_EACCESS) != 0) {
+      problem = path + " is not readable by uid " + std::to_string(uid);
+      break;
+    }
+  if (problem.empty() &&
+      ::faccessat(AT_FDCWD, policy.runner_dir.c_str(), R_OK | W_OK | X_OK, AT_EACCESS) != 0)
+    problem = policy.runner_dir + " is not writable by uid " + std::to_string(uid);
+  if (!problem.empty()) {
+    ::setresuid(-1, 0, -1);
+    ::setresgid(-1, 0, -1);
+    return report.add("user", false, problem + ": user code runs as root (without capabilities)");
+  }
+  if (::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0)
+    ::_exit(121); // half-switched ids are not a state to run anything in
+  report.add("user", true,
+             "uid " + std::to_string(uid) + ", gid " + std::to_string(gid) +
+                 ", no supplementary groups");
+}
+
+std::vector<std::string> writable_devices() {
+  std::vector<std::string> files{"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
+                                 "/dev/urandom"};
+  std::error_code ec;
+  for (fs::directory_iterator it("/dev", ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename().string().rfind("nvidia", 0) == 0 && !it->is_directory())
+      files.push_back(it->path().string());
+  for (fs::directory_iterator it("/dev/nvidia-caps", ec), end; !ec && it != end; it.increment(ec))
+    files.push_back(it->path().string());
+  return files;
+}
+
+// The memory limit a runner's rlimit enforces, for explain_allocation_failure (0: none).
+std::atomic<uint64_t> rlimit_memory_bytes{0};
+
+const char* const kAllowedVariables[] = {"PATH",
+                                         "LANG",
+                                         "LANGUAGE",
+                                         "TZ",
+                                         "LD_LIBRARY_PATH",
+                                         "PYTHONPATH",
+                                         "PYTHONHOME",
+                                         "VIRTUAL_ENV",
+                                         "CONDA_PREFIX",
+                                         "CC",
+                                         "CXX",
+                                         "CUDAHOSTCXX",
+                                         "TORCH_CUDA_ARCH_LIST",
+                                         "OMP_NUM_THREADS",
+                                         "MKL_NUM_THREADS",
+                                         "OPENBLAS_NUM_THREADS",
+                                         "KEVAL_PYTHON",
+                                         "KEVAL_LOG_LEVEL",
+                                         "ASAN_OPTIONS",
+                                         "UBSAN_OPTIONS",
+                                         "LSAN_OPTIONS"};
+const char* const kAllowedPrefixes[] = {"LC_", "CUDA_", "NVIDIA_", "NVCC_", "TRITON_"};
+// Set by us below, never taken from our environment.
+const char* const kOwnVariables[] = {
+    "HOME",           "TMPDIR", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR",
+    "KEVAL_CACHE_DIR"};
+
+bool allowed(std::string_view name) {
+  for (const char* own : kOwnVariables)
+    if (name == own)
+      return false;
+  for (const char* v : kAllowedVariables)
+    if (name == v)
+      return true;
+  for (const char* prefix : kAllowedPrefixes)
+    if (name.rfind(prefix, 0) == 0)
+      return true;
+  return false;
+}
+
+} // namespace
+
+// -------------------------------------------------------------------------------------------
+// Trusted worker
+
+SandboxPolicy place_runner(const SandboxPolicy& policy) {
+  static std::atomic<int> counter{0};
+  SandboxPolicy runner = policy;
+  if (runner.memory_bytes == 0)
+    runner.memory_bytes = protocol::default_job_memory();
+  const fs::path root =
+      policy.work_root.empty() ? fs::temp_directory_path() : fs::path(policy.work_root);
+  fs::create_directories(root);
+  const std::string name =
+      "runner-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+  const fs::path dir = root / name;
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throw std::system_error(errno, std::generic_category(), "mkdir " + dir.string());
+  ::mkdir((dir / "tmp").c_str(), 0700);
+  runner.runner_dir = dir.string();
+  const bool switches_user =
+      ::geteuid() == 0 && policy.mode != SandboxMode::off && policy.job_uid != 0;
+  if (switches_user) {
+    for (const auto& path : {dir, dir / "tmp"})
+      if (::chown(path.c_str(), policy.job_uid, policy.job_gid) != 0)
+        throw std::system_error(errno, std::generic_category(), "chown " + path.string());
+  }
+  if (policy.mode != SandboxMode::off && !policy.cgroup_parent.empty()) {
+    const fs::path cgroup = fs::path(policy.cgroup_parent) / name;
+    std::string why;
+    if (::mkdir(cgroup.c_str(), 0755) != 0) {
+      why = errno_text("mkdir " + cgroup.string());
+    } else if (!write_file(cgroup / "memory.max", std::to_string(policy.memory_bytes))) {
+      why = errno_text("writing " + (cgroup / "memory.max").string());
+    } else if (!write_file(cgroup / "pids.max", std::to_string(policy.max_processes))) {
+      why = errno_text("writing " + (cgroup / "pids.max").string());
+    } else {
+      write_file(cgroup / "memory.swap.max", "0"); // absent without swap accounting
+      runner.cgroup = cgroup.string();
+    }
+    if (runner.cgroup.empty()) {
+      ::rmdir(cgroup.c_str());
+      runner.cgroup_skipped = why;
+    }
+  }
+  return runner;
+}
+
+std::vector<std::string> sandbox_environment(const SandboxPolicy& policy) {
+  std::vector<std::string> env;
+  if (policy.mode == SandboxMode::off) {
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e)
+      env.emplace_back(*e);
+    return env;
+  }
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const auto eq = entry.find('=');
+    if (eq != std::string_view::npos && allowed(entry.substr(0, eq)))
+      env.emplace_back(entry);
+  }
+  const fs::path dir = policy.runner_dir;
+  env.push_back("HOME=" + dir.string());
+  env.push_back("TMPDIR=" + (dir / "tmp").string());
+  env.push_back("XDG_CACHE_HOME=" + (dir / ".cache").string());
+  env.push_back("TRITON_CACHE_DIR=" + (dir / ".triton").string());
+  env.push_back("TORCH_EXTENSIONS_DIR=" + (dir / "torch_extensions").string());
+  if (!policy.shared_writable.empty())
+    env.push_back("KEVAL_CACHE_DIR=" + policy.shared_writable.front());
+  return env;
+}
+
+void remove_runner_place(const SandboxPolicy& policy) {
+  if (!policy.cgroup.empty()) {
+    write_file(fs::path(policy.cgroup) / "cgroup.kill", "1");
+    ::rmdir(policy.cgroup.c_str());
+  }
+  if (!policy.runner_dir.empty()) {
+    std::error_code ec;
+    fs::remove_all(policy.runner_dir, ec);
+  }
+}
+
+std::string limit_that_ended(const SandboxPolicy& policy) {
+  if (policy.cgroup.empty())
+    return {};
+  const fs::path cgroup = policy.cgroup;
+  if (event_count(cgroup / "memory.events", "oom_kill") > 0)
+    return "exceeded its memory limit of " + bytes_text(policy.memory_bytes) +
+           " (cgroup memory.max) and was killed";
+  if (event_count(cgroup / "pids.events", "max") > 0)
+    return "reached its limit of " + std::to_string(policy.max_processes) +
+           " processes and threads (cgroup pids.max)";
+  return {};
+}
+
+std::vector<std::string> missing_layers(const json::object& report) {
+  std::vector<std::string> lines;
+  const json::value* skipped = report.if_contains("skipped");
+  if (skipped == nullptr || !skipped->is_object())
+    return {"the runner reported no sandbox"};
+  for (const auto& [name, why] : skipped->as_object())
+    lines.push_back(std::string(name) + ": " +
+                    (why.is_string() ? std::string(why.as_string()) : "unavailable"));
+  return lines;
+}
+
+// -------------------------------------------------------------------------------------------
+// Runner
+
+json::object apply_sandbox(const SandboxPolicy& policy) {
+  Report report;
+  const size_t threads = thread_count();
+  const bool off = policy.mode == SandboxMode::off;
+  const char* off_reason = "--sandbox off";
+
+  // Limits: a cgroup holds this process and all it starts; otherwise per-process rlimits.
+  std::string error;
+  bool in_cgroup = false;
+  if (off) {
+    report.add("memory", false, off_reason);
+    report.add("processes", false, off_reason);
+  } else if (!policy.cgroup.empty()) {
+    in_cgroup = write_file(fs::path(policy.cgroup) / "cgroup.procs", "0");
+    if (in_cgroup) {
+      report.add("memory", true, bytes_text(policy.memory_bytes) + " (cgroup v2 memory.max)");
+      report.add("processes", true,
+                 std::to_string(policy.max_processes) +
+                     " processes and threads (cgroup v2 pids.max)");
+    } else {
+      error = errno_text("joining " + policy.cgroup);
+    }
+  }
+  if (!off && !in_cgroup) {
+    const std::string why_not_cgroup = !error.empty()                   ? error
+                                       : !policy.cgroup_skipped.empty() ? policy.cgroup_skipped
+                                                                        : "no delegated cgroup v2";
+    std::string e;
+    if (lower_limit(RLIMIT_DATA, policy.memory_bytes, e)) {
+      rlimit_memory_bytes = policy.memory_bytes;
+      report.add("memory", true,
+                 bytes_text(policy.memory_bytes) +
+                     " of heap and private mappings per process (RLIMIT_DATA; " + why_not_cgroup +
+                     ")");
+    } else {
+      report.add("memory", false, e);
+    }
+  }
+  if (!off) {
+    std::string e;
+    const bool files = lower_limit(RLIMIT_FSIZE, policy.max_file_bytes, e) &&
+                       lower_limit(RLIMIT_NOFILE, policy.max_open_files, e);
+    report.add("files", files,
+               files ? "files up to " + bytes_text(policy.max_file_bytes) + ", " +
+                           std::to_string(policy.max_open_files) + " open descriptors"
+                     : e);
+  } else {
+    report.add("files", false, off_reason);
+  }
+
+  // Namespaces and the uid need a single thread (and the uid switch precedes the dropping of
+  // capabilities it needs).
+  if (off) {
+    report.add("network", false, off_reason);
+    report.add("user", false, off_reason);
+  } else if (threads > 1) {
+    const std::string why = "the runner already had " + std::to_string(threads) + " threads";
+    report.add("network", false, why);
+    report.add("user", false, why);
+  } else {
+    own_network(report);
+    std::vector<std::string> must_read;
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec)
+      must_read.push_back(exe.string());
+    switch_user(policy, must_read, report);
+  }
+  if (!off && !in_cgroup) {
+    std::string e;
+    if (::getuid() == 0)
+      report.add("processes", false,
+                 "runs as root, which RLIMIT_NPROC does not bind, and no delegated cgroup v2");
+    else if (lower_limit(RLIMIT_NPROC, policy.max_processes, e))
+      report.add("processes", true,
+                 std::to_string(policy.max_processes) +
+                     " processes and threads (RLIMIT_NPROC: counts every process of uid " +
+                     std::to_string(::getuid()) + ")");
+    else
+      report.add("processes", false, e);
+  }
+
+  if (!policy.runner_dir.empty() && ::chdir(policy.runner_dir.c_str()) == 0)
+    report.add("directory", true, "works in " + policy.runner_dir);
+  else
+    report.add("directory", false, errno_text("chdir " + policy.runner_dir));
+  report.add("environment", !off,
+             off ? std::string(off_reason)
+                 : "allow-listed variables only; HOME, TMPDIR and the tools' caches in its own "
+                   "directory");
+
+  // Privileges: always, also with --sandbox off (they keep the verdict out of reach).
+  const json::object privileges = restrict_user_code_process();
+  const bool privileged_ok = !privileges.contains("errors");
+  report.add("privileges", privileged_ok,
+             privileged_ok ? "no_new_privs, no capabilities, not dumpable"
+                           : json::serialize(privileges.at("errors")));
+
+  if (off) {
+    for (const char* name : {"filesystem", "tcp", "signals", "seccomp"})
+      report.add(name, false, off_reason);
+    return report.finish(policy.mode);
+  }
+  detail::LandlockRequest landlock;
+  landlock.private_dir = policy.private_dir;
+  landlock.writable_dirs.push_back(policy.runner_dir);
+  for (const auto& dir : policy.shared_writable)
+    if (fs::is_directory(dir))
+      landlock.writable_dirs.push_back(dir);
+  if (fs::is_directory("/dev/shm"))
+    landlock.writable_dirs.push_back("/dev/shm");
+  landlock.writable_files = writable_devices();
+  if (threads > 1) {
+    const std::string why = "the runner already had " + std::to_string(threads) + " threads";
+    for (const char* name : {"filesystem", "tcp", "signals"})
+      report.add(name, false, why);
+  } else {
+    const detail::LandlockOutcome outcome = detail::restrict_with_landlock(landlock);
+    report.add("filesystem", outcome.filesystem.active, outcome.filesystem.detail);
+    report.add("tcp", outcome.tcp.active, outcome.tcp.detail);
+    report.add("signals", outcome.scope.active, outcome.scope.detail);
+  }
+  const detail::SeccompLayer seccomp = detail::install_seccomp_filter();
+  report.add("seccomp", seccomp.active, seccomp.detail);
+  return report.finish(policy.mode);
+}
+
+uint64_t limit_cpu_time(uint64_t seconds) {
+  struct rlimit current {};
+  ::getrlimit(RLIMIT_CPU, &current);
+  rlim_t soft = static_cast<rlim_t>(seconds);
+  if (current.rlim_max != RLIM_INFINITY && soft >= current.rlim_max)
+    return current.rlim_cur;
+  // SIGXCPU at the soft limit, SIGKILL at the hard one.
+  struct rlimit wanted {
+    soft, soft + 5
+  };
+  ::setrlimit(RLIMIT_CPU, &wanted);
+  return seconds;
+}
+
+std::string explain_allocation_failure(const std::string& message) {
+  const uint64_t limit = rlimit_memory_bytes.load();
+  if (limit == 0)
+    return message;
+  const bool device =
+      message.find("CUDA") != std::string::npos || message.find("cuda") != std::string::npos;
+  bool host_allocation = false;
+  for (const char* marker : {"Cannot allocate memory", "can't allocate memory", "MemoryError",
+                             "std::bad_alloc", "Unable to allocate"})
+    host_allocation = host_allocation || message.find(marker) != std::string::npos;
+  if (!host_allocation || device)
+    return message;
+  return "exceeded its memory limit of " + bytes_text(limit) + " (RLIMIT_DATA): " + message;
+}
+
+} // namespace keval::worker::isolation
