@@ -95,6 +95,9 @@ options (serve):
                             included: it is closed after this) and write of a response (default 30)
   --job-ttl SECONDS         finished jobs are kept, and served by GET /jobs/ID, this long
                             (default 3600)
+  --state-max-bytes SIZE    job records and their blobs in DIR at most (e.g. 512M, 2G; default
+                            2G); past it, finished jobs are forgotten oldest-first before their
+                            TTL (queued and running jobs never are); reported in /stats "state"
   --shutdown-grace SECONDS  on SIGTERM/SIGINT, running jobs get this long before they are
                             cancelled; a second signal cancels them at once (default 60)
 
@@ -313,7 +316,16 @@ int main(int argc, char** argv) {
       serve_options.http_timeout = seconds("--http-timeout");
     else if (a == "--job-ttl")
       serve_options.job_ttl = seconds("--job-ttl");
-    else if (a == "--shutdown-grace")
+    else if (a == "--state-max-bytes") {
+      const std::string text = value("--state-max-bytes");
+      const auto bytes = keval::protocol::parse_byte_size(text);
+      if (!bytes || *bytes == 0) {
+        std::cerr << "keval: --state-max-bytes wants a size above 0 (e.g. 512M, 2G), got '" << text
+                  << "'\n";
+        return kExitUsage;
+      }
+      serve_options.state_max_bytes = *bytes;
+    } else if (a == "--shutdown-grace")
       serve_options.shutdown_grace = seconds("--shutdown-grace");
     else if (a == "--sandbox") {
       const std::string mode = value("--sandbox");

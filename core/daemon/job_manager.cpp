@@ -152,6 +152,7 @@ public:
     }
     if (!jobs_.empty())
       spdlog::info("recovered {} finished job(s) from {}", jobs_.size(), store_.root().string());
+    enforce_state_cap();
     schedule_expiry();
   }
 
@@ -247,6 +248,10 @@ public:
       s.warm = warm_->stats();
       s.warm_capacity = config_.warm_workers;
     }
+    const store::StoreUsage usage = store_.usage();
+    s.state =
+        StateStats{usage.total_bytes(), config_.state_max_bytes, usage.records, usage.record_bytes,
+                   usage.blobs,         usage.blob_bytes};
     return s;
   }
 
@@ -606,6 +611,7 @@ private:
     {
       std::lock_guard lock(mutex_);
       job->finished = true;
+      enforce_state_cap(); // the record just written may be the one over it
       job->ending = false;
       job->request.reset();
       job->record = result::JobRecord{};
@@ -653,7 +659,46 @@ private:
         ++it;
       }
     }
+    enforce_state_cap();
     schedule_expiry();
+  }
+
+  // Caller holds mutex_. Past the cap, forgets finished jobs oldest-first (by finished_at) until
+  // the records and blobs fit; a job's blobs go with its record when no other record names them.
+  // Queued and running jobs are never forgotten: their records are what a crash would leave.
+  void enforce_state_cap() {
+    store::StoreUsage usage = store_.usage();
+    if (usage.total_bytes() <= config_.state_max_bytes) {
+      over_cap_logged_ = false;
+      return;
+    }
+    std::vector<std::pair<double, std::string>> finished;
+    for (const auto& [id, job] : jobs_)
+      if (job->finished)
+        finished.emplace_back(job->finished_at, id);
+    std::sort(finished.begin(), finished.end());
+    const uint64_t before = usage.total_bytes();
+    uint64_t expired = 0;
+    for (const auto& [finished_at, id] : finished) {
+      if (usage.total_bytes() <= config_.state_max_bytes)
+        break;
+      store_.remove(id);
+      jobs_.erase(id);
+      ++expired;
+      usage = store_.usage();
+    }
+    stats_.expired_by_cap(expired);
+    if (expired > 0)
+      spdlog::info("state directory over its cap ({} > {} bytes): forgot the {} oldest finished "
+                   "job(s); {} bytes now",
+                   before, config_.state_max_bytes, expired, usage.total_bytes());
+    if (usage.total_bytes() > config_.state_max_bytes && !over_cap_logged_) {
+      over_cap_logged_ = true; // once until it fits again: every finish would repeat it
+      spdlog::warn("state directory still over its cap ({} > {} bytes --state-max-bytes) with "
+                   "only queued and running jobs' records (or records that are not this daemon's) "
+                   "left",
+                   usage.total_bytes(), config_.state_max_bytes);
+    }
   }
 
   asio::any_io_executor executor_;
@@ -671,6 +716,7 @@ private:
   bool shutting_down_ = false;
   std::function<void()> on_idle_;
   mutable JobStats stats_; // mutable: a reader (view) counts the records it refuses
+  bool over_cap_logged_ = false;
   asio::steady_timer expiry_timer_;
   asio::steady_timer grace_timer_;
 };

@@ -31,6 +31,10 @@ struct JobManagerConfig {
   size_t max_queued = 256;         // submitted jobs waiting for a worker; beyond: refused
   size_t max_running = 4;          // workers at once
   std::chrono::milliseconds job_ttl = std::chrono::hours(1); // finished jobs, then forgotten
+  // Records and blobs in the state directory (store::StoreUsage) at most; past it, finished jobs
+  // are forgotten oldest-first before their TTL. Queued and running jobs never are, so a
+  // directory holding only those may stay over it (logged).
+  uint64_t state_max_bytes = 2ull << 30;
   // Workers kept started ahead of jobs, per set of plugins that prewarm (see WarmPool; 0: every
   // job starts its own worker, as the CLI does).
   size_t warm_workers = 0;
@@ -65,7 +69,8 @@ public:
   // unfinished ones failed with the restart (status "failed", "interrupted": true, whatever
   // phases they completed kept). A record that does not verify as this host's (store::JobStore)
   // is refused: logged, counted (records_refused) and moved aside to <id>.json.refused, never
-  // served. Then starts expiring finished jobs. Call once, first.
+  // served. Then starts expiring finished jobs (by TTL, and oldest-first past the state
+  // directory's size cap). Call once, first.
   void recover();
 
   // Queues a job that passed job::check_against_registry and returns its id. `on_done`, when

@@ -79,6 +79,10 @@ void JobStats::record_refused() {
   ++totals_.records_refused;
 }
 
+void JobStats::expired_by_cap(uint64_t jobs) {
+  totals_.expired_by_cap += jobs;
+}
+
 JobCounters JobStats::counters() const {
   const auto now = Clock::now();
   JobCounters out = totals_;

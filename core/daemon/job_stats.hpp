@@ -27,6 +27,8 @@ struct JobCounters {
   uint64_t cancelled = 0, timed_out = 0, interrupted = 0;
   // Job records on disk refused (not served): unsigned, modified, or not the one the daemon wrote.
   uint64_t records_refused = 0;
+  // Finished jobs forgotten before their TTL because the state directory was over its cap.
+  uint64_t expired_by_cap = 0;
   uint64_t compiles = 0, compile_successes = 0; // one per kernel: a compare compiles two
   double compile_ms_sum = 0;
   uint64_t validations = 0, validations_correct = 0;
@@ -47,6 +49,13 @@ struct ConnectionStats {
   uint64_t dropped_total = 0; // over the limit with every refusing place taken: closed at once
 };
 
+// The state directory's records and blobs (store::StoreUsage) and its cap (--state-max-bytes).
+struct StateStats {
+  uint64_t bytes = 0, max_bytes = 0;
+  uint64_t records = 0, record_bytes = 0;
+  uint64_t blobs = 0, blob_bytes = 0;
+};
+
 struct StatsSnapshot {
   JobCounters counters;
   std::map<std::string, uint64_t> jobs_by_status; // jobs the daemon knows now, every status
@@ -58,6 +67,7 @@ struct StatsSnapshot {
   supervisor::WarmPoolStats warm; // prestarted workers (keval serve --warm-workers)
   size_t warm_capacity = 0;       // prestarted workers kept per prewarm set
   ConnectionStats connections;
+  StateStats state;
 };
 
 // Accumulates JobCounters. Not thread-safe: the job manager calls it under its lock.
@@ -71,6 +81,7 @@ public:
   void finished(result::Verdict verdict, supervisor::SessionOutcome::End end, double latency_ms);
   void interrupted();
   void record_refused();
+  void expired_by_cap(uint64_t jobs);
   JobCounters counters() const;
 
 private:

@@ -202,6 +202,7 @@ int serve(const ServeOptions& options) {
                                ? options.max_workers
                                : std::max<size_t>(2, cpu_cores() + discovery.gpus.size());
   job_config.job_ttl = options.job_ttl;
+  job_config.state_max_bytes = options.state_max_bytes;
   job_config.warm_workers = options.warm_workers;
   const auto& plugins = registry.plugins();
   if (std::none_of(plugins.begin(), plugins.end(),

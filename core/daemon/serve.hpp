@@ -39,6 +39,7 @@ struct ServeOptions {
   size_t max_connections = 1024;
   std::chrono::milliseconds http_timeout{std::chrono::seconds(30)}; // every read and write
   std::chrono::milliseconds job_ttl{std::chrono::hours(1)};
+  uint64_t state_max_bytes = 2ull << 30; // records and blobs; past it, oldest finished expire
   std::chrono::milliseconds shutdown_grace{std::chrono::seconds(60)};
 };
 

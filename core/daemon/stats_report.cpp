@@ -69,6 +69,14 @@ json::object stats_json(const StatsSnapshot& s) {
                        {"jobs_per_second_since_start", ratio(c.finished, c.uptime_s)},
                        {"mean_latency_ms", ratio(c.latency_ms_sum, c.finished)}};
 
+  out["state"] = {{"bytes", s.state.bytes},
+                  {"max_bytes", s.state.max_bytes},
+                  {"records", s.state.records},
+                  {"record_bytes", s.state.record_bytes},
+                  {"blobs", s.state.blobs},
+                  {"blob_bytes", s.state.blob_bytes},
+                  {"expired_by_cap_total", c.expired_by_cap}};
+
   out["connections"] = {{"open", s.connections.open},
                         {"max", s.connections.max},
                         {"refusing", s.connections.refusing},
@@ -165,6 +173,18 @@ std::string prometheus_text(const StatsSnapshot& s) {
   e.family("keval_records_refused_total", "counter",
            "Job records on disk refused: unsigned, modified, or not the one the daemon wrote.")
       .sample(static_cast<double>(c.records_refused));
+  e.family("keval_state_bytes", "gauge",
+           "Bytes of job records and request blobs in the state directory.")
+      .sample(static_cast<double>(s.state.record_bytes), label("kind", "records"))
+      .sample(static_cast<double>(s.state.blob_bytes), label("kind", "blobs"));
+  e.family("keval_state_max_bytes", "gauge", "The state directory's cap (--state-max-bytes).")
+      .sample(static_cast<double>(s.state.max_bytes));
+  e.family("keval_state_files", "gauge", "Job records and request blobs in the state directory.")
+      .sample(static_cast<double>(s.state.records), label("kind", "records"))
+      .sample(static_cast<double>(s.state.blobs), label("kind", "blobs"));
+  e.family("keval_state_expired_by_cap_total", "counter",
+           "Finished jobs forgotten before their TTL because the state directory was over its cap.")
+      .sample(static_cast<double>(c.expired_by_cap));
   e.family("keval_queue_depth", "gauge", "Jobs waiting for a worker.")
       .sample(static_cast<double>(s.queued));
   e.family("keval_queue_capacity", "gauge", "Jobs that may wait before submissions get 503.")

@@ -2,6 +2,8 @@
 // after its job ended, is never served; the daemon's own records survive a restart.
 #include "daemon_harness.hpp"
 
+#include "store/job_store.hpp"
+
 #include <gtest/gtest.h>
 
 namespace keval::test::daemon {
@@ -174,7 +176,7 @@ TEST(DaemonRecords, GenuineRecordSurvivesARestartAndIsServed) {
     stop(first);
   }
   const auto on_disk = json::parse(read_text(record_file(dirs.state(), id))).as_object();
-  EXPECT_EQ(on_disk.at("format_version"), 1);
+  EXPECT_EQ(on_disk.at("format_version"), store::kRecordFormatVersion);
   EXPECT_EQ(on_disk.at("mac").as_string().size(), 64u);
 
   DaemonProcess second(dirs.state(), dirs.socket());
