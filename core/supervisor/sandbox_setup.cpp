@@ -158,7 +158,8 @@ SandboxPolicy prepare_host_sandbox(const SandboxOptions& options, const fs::path
       ::geteuid() == 0 && options.mode != SandboxMode::off && policy.job_uid != 0;
   // The torch_cuda build cache is shared by jobs (a build is tens of seconds; a hit, none):
   // $KEVAL_CACHE_DIR, else $XDG_CACHE_HOME/keval or ~/.cache/keval as before, except when the job
-  // uid could not reach that (root's home): then a directory beside the state directory.
+  // uid could not reach that (root's home): then /var/cache/keval, the job uid's (or, where that
+  // cannot be made, a directory beside the state directory).
   const char* explicit_cache = std::getenv("KEVAL_CACHE_DIR");
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
@@ -170,9 +171,12 @@ SandboxPolicy prepare_host_sandbox(const SandboxOptions& options, const fs::path
   else if (!switches_user && home != nullptr && *home != '\0')
     cache = fs::path(home) / ".cache" / "keval";
   else
-    cache = state.parent_path() / (state.filename().string() + "-cache");
+    cache = "/var/cache/keval";
   std::error_code ec;
-  fs::create_directories(cache, ec);
+  if (!fs::create_directories(cache, ec) && !fs::is_directory(cache)) {
+    cache = state.parent_path() / (state.filename().string() + "-cache");
+    fs::create_directories(cache, ec);
+  }
   policy.shared_writable.push_back(fs::absolute(cache).string());
 
   if (switches_user) {
@@ -180,10 +184,15 @@ SandboxPolicy prepare_host_sandbox(const SandboxOptions& options, const fs::path
     // nothing there; records and keys keep their owner-only modes (and Landlock hides them).
     ::chmod(state.c_str(), 0711);
     ::chmod(policy.work_root.c_str(), 0711);
-    if (::lchown(cache.c_str(), uid, gid) == 0)
-      for (auto it = fs::recursive_directory_iterator(cache, ec);
-           !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-        ::lchown(it->path().c_str(), uid, gid);
+    const auto own = [&](const fs::path& path) {
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) == 0 && (st.st_uid != uid || st.st_gid != gid))
+        ::lchown(path.c_str(), uid, gid);
+    };
+    own(cache);
+    for (auto it = fs::recursive_directory_iterator(cache, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+      own(it->path());
   }
   if (options.mode != SandboxMode::off)
     policy.cgroup_parent = delegate_cgroup(policy.cgroup_skipped);

@@ -2,6 +2,7 @@
 
 #include "job/job_runner.hpp"
 #include "request/parse.hpp"
+#include "supervisor/sandbox_setup.hpp"
 
 #include <cstdlib>
 #include <fstream>
@@ -110,6 +111,7 @@ result::Response run_request(const json::object& request, bool compare,
   job::RunOptions options;
   options.worker_exe = worker_exe();
   options.work_root = state.path() / "work";
+  options.sandbox = supervisor::prepare_host_sandbox({}, state.path());
   options.grant_device = [](const json::array& types, auto grant) {
     grant(json::object{{"device", json::object{{"type", types.front()}, {"index", 0}}}});
   };

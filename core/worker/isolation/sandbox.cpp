@@ -458,6 +458,10 @@ json::object apply_sandbox(const SandboxPolicy& policy) {
       landlock.writable_dirs.push_back(dir);
   if (fs::is_directory("/dev/shm"))
     landlock.writable_dirs.push_back("/dev/shm");
+  // Its own /proc/<pid>: the CUDA driver names its threads through /proc/self/task/*/comm, and
+  // cuInit fails (CUDA_ERROR_OPERATING_SYSTEM) when it cannot. Nothing there reaches another
+  // process (other processes' entries are not beneath it).
+  landlock.writable_dirs.push_back("/proc/" + std::to_string(::getpid()));
   landlock.writable_files = writable_devices();
   if (threads > 1) {
     const std::string why = "the runner already had " + std::to_string(threads) + " threads";
@@ -495,8 +499,9 @@ std::string explain_allocation_failure(const std::string& message) {
   const bool device =
       message.find("CUDA") != std::string::npos || message.find("cuda") != std::string::npos;
   bool host_allocation = false;
+  // "failed to map segment": a shared library (torch's are GiBs) that no longer fits.
   for (const char* marker : {"Cannot allocate memory", "can't allocate memory", "MemoryError",
-                             "std::bad_alloc", "Unable to allocate"})
+                             "std::bad_alloc", "Unable to allocate", "failed to map segment"})
     host_allocation = host_allocation || message.find(marker) != std::string::npos;
   if (!host_allocation || device)
     return message;

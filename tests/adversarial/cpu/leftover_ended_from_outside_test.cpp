@@ -35,7 +35,7 @@ TEST_F(LeftoverAfterTheJobEnds, ATimeoutEndsEveryProcessOfTheJob) {
   json::object request = relu_compare(candidate, unique_id("leftover-timeout"));
   // Long enough for the candidate's import (torch, and CUDA on a GPU machine) to have run; the
   // forward then hangs until the timeout ends the job.
-  request["timeout"] = 12;
+  request["timeout"] = 30;
   const auto run = run_cli(request, tmp.path() / "state");
   const auto pids = recorded_pids(pid_dir, run.body);
   const auto alive = still_alive(pids);
