@@ -121,6 +121,8 @@ def main():
     args = parser.parse_args()
     builds = {"before": os.path.abspath(args.before), "after": os.path.abspath(args.after)}
     work = tempfile.mkdtemp(prefix="keval-bench-split-")
+    # mkdtemp makes it 0700: as root, the job uid (the sandbox's user layer) must walk through it.
+    os.chmod(work, 0o755)
     level1 = os.path.join(work, "level1.json")
     level1_request(level1)
     vector_add = os.path.join(ROOT, "examples", "cuda_vector_add.json")

@@ -173,6 +173,11 @@ void switch_user(const SandboxPolicy& policy, const std::vector<std::string>& mu
   if (!problem.empty()) {
     ::setresuid(-1, 0, -1);
     ::setresgid(-1, 0, -1);
+    // The trusted worker made the directory the job uid's; root without capabilities (what this
+    // runner becomes) could not write it.
+    for (const auto& dir : {fs::path(policy.runner_dir), fs::path(policy.runner_dir) / "tmp"})
+      if (::chown(dir.c_str(), 0, 0) != 0)
+        problem += "; chown " + dir.string() + ": " + std::strerror(errno);
     return report.add("user", false, problem + ": user code runs as root (without capabilities)");
   }
   if (::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0)

@@ -238,6 +238,25 @@ TEST_F(Sandbox, AMemoryHogFailsWithAResultThatNamesTheLimit) {
       << describe(run);
 }
 
+TEST_F(Sandbox, AStateDirectoryTheJobUidCannotReachRunsAsRootWithoutCapabilities) {
+  if (::geteuid() != 0)
+    GTEST_SKIP() << "keval does not run as root here: there is no job uid to switch to";
+  TempDir tmp;
+  const auto closed = tmp.path() / "closed";
+  fs::create_directories(closed);
+  fs::permissions(closed, fs::perms::owner_all, fs::perm_options::replace); // 0700: root's only
+  const auto run = run_cli(relu_compare(source("honest_model_new.py"), unique_id("closed-state")),
+                           closed / "state");
+  EXPECT_EQ(run.exit_code, 0) << describe(run);
+  EXPECT_TRUE(correctness(run.body)) << describe(run);
+  const json::object sandbox = sandbox_of(run.body);
+  ASSERT_TRUE(sandbox.contains("skipped")) << describe(run);
+  const auto& skipped = sandbox.at("skipped").as_object();
+  ASSERT_TRUE(skipped.contains("user")) << describe(run);
+  EXPECT_NE(std::string(skipped.at("user").as_string()).find("not writable by uid"),
+            std::string::npos);
+}
+
 TEST_F(Sandbox, StrictRunsOnlyWhereEveryLayerHolds) {
   TempDir tmp;
   const auto run = run_cli(relu_compare(source("honest_model_new.py"), unique_id("strict")),
