@@ -135,8 +135,8 @@ KernelCode parse_kernel_code(const json::value& value, const std::string& path,
   KernelCode kernel;
   kernel.source_code =
       parse_source_code(reader.required("source_code"), reader.path_of("source_code"), ctx.limits);
-  kernel.kernel_type =
-      read_nonempty_string(reader.required("kernel_type"), reader.path_of("kernel_type"));
+  kernel.kernel_type = std::string(read_c_string(
+      reader.required("kernel_type"), reader.path_of("kernel_type"), kMaxKernelTypeBytes, true));
   if (const json::value* metadata = reader.optional("metadata"))
     kernel.metadata = read_object(*metadata, reader.path_of("metadata"));
   if (const json::value* io = reader.optional("io")) {

@@ -27,6 +27,11 @@ struct Limits {
   int64_t max_launch_dim = (1ll << 31) - 1;
 };
 
+// Strings a plugin receives as C strings (no NUL allowed in any of them).
+inline constexpr size_t kMaxKernelTypeBytes = 128;
+inline constexpr size_t kMaxArgNameBytes = 256;
+inline constexpr size_t kMaxStrArgBytes = 64 * 1024;
+
 // What parsing does with TensorData (base64, maybe zlib). The host only checks it: the base64
 // is well formed, raw data is exactly the tensor's size, zlib data has a valid header, starts
 // inflating cleanly and is large enough to inflate to the tensor's size (deflate expands at most

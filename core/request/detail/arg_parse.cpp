@@ -46,7 +46,7 @@ json::value parse_scalar_value(const json::value& value, ArgType type, const std
     read_bool(value, path);
     return value;
   case ArgType::str:
-    read_string(value, path);
+    read_c_string(value, path, kMaxStrArgBytes, /*nonempty=*/false);
     return value;
   case ArgType::tensor:
     break;
@@ -89,7 +89,8 @@ ArgSpec parse_arg_spec(const json::value& value, const std::string& path, Tensor
                        const ParseContext& ctx) {
   ObjectReader reader(value, path, ctx);
   ArgSpec arg;
-  arg.name = read_nonempty_string(reader.required("name"), reader.path_of("name"));
+  arg.name = std::string(
+      read_c_string(reader.required("name"), reader.path_of("name"), kMaxArgNameBytes, true));
   arg.type = parse_arg_type(reader.required("type"), reader.path_of("type"));
   if (const json::value* role = reader.optional("role"))
     arg.role = parse_role(*role, reader.path_of("role"));

@@ -105,6 +105,18 @@ std::string_view read_nonempty_string(const json::value& value, const std::strin
   return text;
 }
 
+std::string_view read_c_string(const json::value& value, const std::string& path, size_t max_bytes,
+                               bool nonempty) {
+  std::string_view text = nonempty ? read_nonempty_string(value, path) : read_string(value, path);
+  if (text.size() > max_bytes)
+    throw RequestError(path, "is " + std::to_string(text.size()) + " bytes, over the limit of " +
+                                 std::to_string(max_bytes) + " bytes");
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    throw RequestError(path, "contains a NUL byte at offset " + std::to_string(nul) +
+                                 ", which a kernel would never see (it ends the string there)");
+  return text;
+}
+
 bool read_bool(const json::value& value, const std::string& path) {
   if (!value.is_bool())
     fail_kind(value, path, "a boolean");

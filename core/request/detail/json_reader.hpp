@@ -43,6 +43,11 @@ const json::object& read_object(const json::value& value, const std::string& pat
 const json::array& read_array(const json::value& value, const std::string& path);
 std::string_view read_string(const json::value& value, const std::string& path);
 std::string_view read_nonempty_string(const json::value& value, const std::string& path);
+// A string a plugin receives as a NUL-terminated C string (kernel_type, argument names, str
+// arguments): a NUL would silently cut it there, so it is refused with its offset, and so is one
+// longer than `max_bytes`.
+std::string_view read_c_string(const json::value& value, const std::string& path, size_t max_bytes,
+                               bool nonempty);
 bool read_bool(const json::value& value, const std::string& path);
 // Integers may arrive as integral doubles (4.0, 1e6): Python clients produce both.
 int64_t read_int64(const json::value& value, const std::string& path);
