@@ -199,6 +199,20 @@ std::vector<std::string> writable_devices() {
   return files;
 }
 
+// AddressSanitizer maps terabytes of shadow memory as private writable mappings, all of which
+// RLIMIT_DATA counts: a sanitized runner could not even start under it.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
 // The memory limit a runner's rlimit enforces, for explain_allocation_failure (0: none).
 std::atomic<uint64_t> rlimit_memory_bytes{0};
 
@@ -380,7 +394,12 @@ json::object apply_sandbox(const SandboxPolicy& policy) {
                                        : !policy.cgroup_skipped.empty() ? policy.cgroup_skipped
                                                                         : "no delegated cgroup v2";
     std::string e;
-    if (lower_limit(RLIMIT_DATA, policy.memory_bytes, e)) {
+    if (kAddressSanitizer) {
+      report.add("memory", false,
+                 "this keval-worker is built with AddressSanitizer, whose shadow memory "
+                 "RLIMIT_DATA would count (" +
+                     why_not_cgroup + ")");
+    } else if (lower_limit(RLIMIT_DATA, policy.memory_bytes, e)) {
       rlimit_memory_bytes = policy.memory_bytes;
       report.add("memory", true,
                  bytes_text(policy.memory_bytes) +
