@@ -126,15 +126,14 @@ public:
 
 private:
   void run_steps() {
-#ifdef KEVAL_HAVE_CUDA
-    // Loading and initialising the driver (a good part of a second) runs while the runners start;
-    // only a job that needs CUDA waits for it.
-    cuda_probe_ = std::async(std::launch::async, probe_cuda);
-#endif
     start_runners();
     step("runners started");
+    // Only a job that needs CUDA touches the driver: cuInit takes a good part of a second and is
+    // serialised in the driver across processes, so a CPU job on a GPU machine that initialised it
+    // anyway would cost every other job its turn (the soak's CPU jobs ran at 3 jobs/s there).
     if (needs_cuda()) {
 #ifdef KEVAL_HAVE_CUDA
+      cuda_probe_ = std::async(std::launch::async, probe_cuda);
       opener_.start(); // this process's device, opened while the probe runs and the sides compile
 #endif
       probe_cuda_once();
