@@ -238,6 +238,25 @@ TEST_F(Sandbox, AMemoryHogFailsWithAResultThatNamesTheLimit) {
       << describe(run);
 }
 
+TEST_F(Sandbox, AForkBombStopsAtTheProcessLimit) {
+  std::string why;
+  if (!active("processes", &why))
+    GTEST_SKIP() << "process limit not applied here: " << why;
+  TempDir tmp;
+  const auto run =
+      run_cli(relu_compare(source("fork_bomb.py", {{"ATTEMPTS", "400"}}), unique_id("fork-bomb")),
+              tmp.path() / "state", {"--job-pids", "64"});
+  const auto lines = marker_lines(json::value(run.body), "KEVAL_FORKS ");
+  ASSERT_FALSE(lines.empty()) << describe(run);
+  const json::value report = parse_lenient(lines.front());
+  ASSERT_TRUE(report.is_object()) << lines.front();
+  // The limit counts the runner's own threads too (and, as RLIMIT_NPROC, every process of the
+  // job uid): fewer than 64 children, and the fork that failed said EAGAIN.
+  EXPECT_LT(report.at("forked").to_number<int64_t>(), 64) << lines.front();
+  EXPECT_EQ(report.at("error"), "EAGAIN") << lines.front();
+  EXPECT_EQ(run.exit_code, 0) << describe(run); // it cleaned up after itself: still correct
+}
+
 TEST_F(Sandbox, AStateDirectoryTheJobUidCannotReachRunsAsRootWithoutCapabilities) {
   if (::geteuid() != 0)
     GTEST_SKIP() << "keval does not run as root here: there is no job uid to switch to";
