@@ -2,11 +2,13 @@
 
 #include "common/process_tree.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <mutex>
 #include <system_error>
 #include <thread>
 
@@ -118,6 +120,30 @@ size_t kill_descendants() {
   return ended;
 }
 
+namespace {
+
+std::mutex& termination_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<std::filesystem::path>& termination_dirs() {
+  static std::vector<std::filesystem::path> dirs;
+  return dirs;
+}
+
+} // namespace
+
+void remove_on_termination(const std::filesystem::path& dir) {
+  std::lock_guard lock(termination_mutex());
+  termination_dirs().push_back(dir);
+}
+
+void forget_on_termination(const std::filesystem::path& dir) {
+  std::lock_guard lock(termination_mutex());
+  auto& dirs = termination_dirs();
+  dirs.erase(std::remove(dirs.begin(), dirs.end(), dir), dirs.end());
+}
+
 void end_descendants_on_sigterm() {
   sigset_t set;
   sigemptyset(&set);
@@ -128,6 +154,15 @@ void end_descendants_on_sigterm() {
     while (sigwait(&set, &signal) != 0) {
     }
     kill_descendants();
+    std::vector<std::filesystem::path> dirs;
+    {
+      std::lock_guard lock(termination_mutex());
+      dirs = termination_dirs();
+    }
+    for (const auto& dir : dirs) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
     ::_exit(128 + SIGTERM);
   }).detach();
 }

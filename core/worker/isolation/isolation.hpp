@@ -34,9 +34,15 @@ boost::json::object protect_trusted_process();
 size_t kill_descendants();
 
 // SIGTERM (the host's timeout or cancel, or the host's death through PDEATHSIG) ends this process
-// only after kill_descendants(), from a thread of its own. Call before any other thread starts:
-// SIGTERM is blocked in every thread but that one.
+// only after kill_descendants() and the removal of every directory registered below, from a
+// thread of its own. Call before any other thread starts: SIGTERM is blocked in every thread but
+// that one.
 void end_descendants_on_sigterm();
+
+// Directories (a runner's own, with what its user code built there) that a SIGTERM must not
+// leave behind: no destructor runs on that path. Thread-safe.
+void remove_on_termination(const std::filesystem::path& dir);
+void forget_on_termination(const std::filesystem::path& dir);
 
 // Starts `exe args...` with `channel_fd` as its descriptor 3 and stdin/stdout/stderr as ours, no
 // other descriptor, killed when this process dies, no core dumps, in our process group, with

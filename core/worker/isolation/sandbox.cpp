@@ -276,6 +276,7 @@ SandboxPolicy place_runner(const SandboxPolicy& policy) {
     throw std::system_error(errno, std::generic_category(), "mkdir " + dir.string());
   ::mkdir((dir / "tmp").c_str(), 0700);
   runner.runner_dir = dir.string();
+  remove_on_termination(dir);
   const bool switches_user =
       ::geteuid() == 0 && policy.mode != SandboxMode::off && policy.job_uid != 0;
   if (switches_user) {
@@ -336,6 +337,7 @@ void remove_runner_place(const SandboxPolicy& policy) {
   if (!policy.runner_dir.empty()) {
     std::error_code ec;
     fs::remove_all(policy.runner_dir, ec);
+    forget_on_termination(policy.runner_dir);
   }
 }
 
