@@ -184,10 +184,13 @@ SandboxPolicy prepare_host_sandbox(const SandboxOptions& options, const fs::path
     // nothing there; records and keys keep their owner-only modes (and Landlock hides them).
     ::chmod(state.c_str(), 0711);
     ::chmod(policy.work_root.c_str(), 0711);
-    const auto own = [&](const fs::path& path) {
+    // Structured bindings cannot be captured before C++20 compilers caught up (clang < 16).
+    const uid_t job_uid = uid;
+    const gid_t job_gid = gid;
+    const auto own = [job_uid, job_gid](const fs::path& path) {
       struct stat st {};
-      if (::lstat(path.c_str(), &st) == 0 && (st.st_uid != uid || st.st_gid != gid))
-        ::lchown(path.c_str(), uid, gid);
+      if (::lstat(path.c_str(), &st) == 0 && (st.st_uid != job_uid || st.st_gid != job_gid))
+        ::lchown(path.c_str(), job_uid, job_gid);
     };
     own(cache);
     for (auto it = fs::recursive_directory_iterator(cache, ec);
