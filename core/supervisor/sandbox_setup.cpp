@@ -1,5 +1,7 @@
 #include "supervisor/sandbox_setup.hpp"
 
+#include "common/control_file.hpp"
+
 #include "supervisor/process.hpp"
 
 #include <cerrno>
@@ -31,17 +33,6 @@ std::string read_text(const fs::path& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-bool write_text(const fs::path& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0)
-    return false;
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  const int saved = errno;
-  ::close(fd);
-  errno = saved;
-  return ok;
 }
 
 bool has_word(const std::string& text, const std::string& word) {
@@ -126,11 +117,11 @@ std::string delegate_cgroup(std::string& why) {
   }
   const fs::path leaf = cgroup / "keval-host";
   if ((::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) ||
-      !write_text(leaf / "cgroup.procs", std::to_string(::getpid()))) {
+      !write_control_file(leaf / "cgroup.procs", std::to_string(::getpid()))) {
     why = "cannot move keval into " + leaf.string() + ": " + std::strerror(errno);
     return {};
   }
-  if (!write_text(cgroup / "cgroup.subtree_control", "+memory +pids")) {
+  if (!write_control_file(cgroup / "cgroup.subtree_control", "+memory +pids")) {
     why = "cannot enable memory and pids in " + (cgroup / "cgroup.subtree_control").string() +
           ": " + std::strerror(errno);
     return {};

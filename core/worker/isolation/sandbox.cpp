@@ -1,5 +1,7 @@
 #include "worker/isolation/sandbox.hpp"
 
+#include "common/control_file.hpp"
+
 #include "worker/isolation/detail/landlock.hpp"
 #include "worker/isolation/detail/seccomp.hpp"
 #include "worker/isolation/isolation.hpp"
@@ -42,17 +44,6 @@ std::string bytes_text(uint64_t bytes) {
     ++unit;
   }
   return std::to_string(value) + " " + units[unit];
-}
-
-bool write_file(const fs::path& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0)
-    return false;
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  const int saved = errno;
-  ::close(fd);
-  errno = saved;
-  return ok;
 }
 
 // `key value` lines (memory.events, pids.events): the value of `key`, or 0.
@@ -135,10 +126,11 @@ void own_network(Report& report) {
     return report.add("network", false,
                       errno_text("unshare(CLONE_NEWUSER | CLONE_NEWNET) (unprivileged user "
                                  "namespaces disabled?)"));
-  const bool mapped =
-      write_file("/proc/self/setgroups", "deny") &&
-      write_file("/proc/self/uid_map", std::to_string(uid) + " " + std::to_string(uid) + " 1\n") &&
-      write_file("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1\n");
+  const bool mapped = write_control_file("/proc/self/setgroups", "deny") &&
+                      write_control_file("/proc/self/uid_map", std::to_string(uid) + " " +
+                                                                   std::to_string(uid) + " 1\n") &&
+                      write_control_file("/proc/self/gid_map",
+                                         std::to_string(gid) + " " + std::to_string(gid) + " 1\n");
   report.add(
       "network", true,
       std::string("own user and network namespace, no interface up") +
@@ -289,12 +281,12 @@ SandboxPolicy place_runner(const SandboxPolicy& policy) {
     std::string why;
     if (::mkdir(cgroup.c_str(), 0755) != 0) {
       why = errno_text("mkdir " + cgroup.string());
-    } else if (!write_file(cgroup / "memory.max", std::to_string(policy.memory_bytes))) {
+    } else if (!write_control_file(cgroup / "memory.max", std::to_string(policy.memory_bytes))) {
       why = errno_text("writing " + (cgroup / "memory.max").string());
-    } else if (!write_file(cgroup / "pids.max", std::to_string(policy.max_processes))) {
+    } else if (!write_control_file(cgroup / "pids.max", std::to_string(policy.max_processes))) {
       why = errno_text("writing " + (cgroup / "pids.max").string());
     } else {
-      write_file(cgroup / "memory.swap.max", "0"); // absent without swap accounting
+      write_control_file(cgroup / "memory.swap.max", "0"); // absent without swap accounting
       runner.cgroup = cgroup.string();
     }
     if (runner.cgroup.empty()) {
@@ -331,7 +323,7 @@ std::vector<std::string> sandbox_environment(const SandboxPolicy& policy) {
 
 void remove_runner_place(const SandboxPolicy& policy) {
   if (!policy.cgroup.empty()) {
-    write_file(fs::path(policy.cgroup) / "cgroup.kill", "1");
+    write_control_file(fs::path(policy.cgroup) / "cgroup.kill", "1");
     ::rmdir(policy.cgroup.c_str());
   }
   if (!policy.runner_dir.empty()) {
@@ -381,7 +373,7 @@ json::object apply_sandbox(const SandboxPolicy& policy) {
     report.add("memory", false, off_reason);
     report.add("processes", false, off_reason);
   } else if (!policy.cgroup.empty()) {
-    in_cgroup = write_file(fs::path(policy.cgroup) / "cgroup.procs", "0");
+    in_cgroup = write_control_file(fs::path(policy.cgroup) / "cgroup.procs", "0");
     if (in_cgroup) {
       report.add("memory", true, bytes_text(policy.memory_bytes) + " (cgroup v2 memory.max)");
       report.add("processes", true,
