@@ -54,6 +54,7 @@ json::object to_json(const SandboxPolicy& p) {
   o["max_file_bytes"] = p.max_file_bytes;
   o["max_open_files"] = p.max_open_files;
   o["work_root"] = p.work_root;
+  o["worker_tag"] = p.worker_tag;
   o["private_dir"] = p.private_dir;
   json::array writable;
   for (const auto& dir : p.shared_writable)
@@ -109,6 +110,10 @@ SandboxPolicy parse_sandbox_policy(const json::object& o) {
   p.max_file_bytes = unsigned_at(o, "max_file_bytes");
   p.max_open_files = unsigned_at(o, "max_open_files");
   p.work_root = text_at(o, "work_root");
+  if (o.contains("worker_tag"))
+    p.worker_tag = text_at(o, "worker_tag");
+  if (p.worker_tag.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyz") != std::string::npos)
+    throw std::invalid_argument("sandbox policy: 'worker_tag' must be digits and a-z");
   p.private_dir = text_at(o, "private_dir");
   const json::value& writable = field(o, "shared_writable");
   if (!writable.is_array())

@@ -36,6 +36,11 @@ struct SandboxPolicy {
   uint64_t max_open_files = 4096;
   // Where the trusted worker makes each runner's own directory.
   std::string work_root;
+  // Set by the host for each trusted worker it starts, unique among them ([0-9a-z]): the worker
+  // names its runners' directories and cgroups "runner-<tag>-<n>", so that the host can remove
+  // what a killed worker left behind without touching another worker's (a pid may be reused by
+  // then). Empty: the worker's pid stands in.
+  std::string worker_tag;
   // Never readable by user code (the state directory: records, their key, other jobs' files).
   std::string private_dir;
   // Writable beyond the runner's own directory (the torch_cuda build cache).

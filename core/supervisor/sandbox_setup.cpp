@@ -1,6 +1,7 @@
 #include "supervisor/sandbox_setup.hpp"
 
 #include "common/control_file.hpp"
+#include "common/remove_tree.hpp"
 
 #include "supervisor/process.hpp"
 
@@ -9,12 +10,14 @@
 #include <fstream>
 #include <sstream>
 #include <system_error>
+#include <vector>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <pwd.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -191,6 +194,47 @@ SandboxPolicy prepare_host_sandbox(const SandboxOptions& options, const fs::path
   if (options.mode != SandboxMode::off)
     policy.cgroup_parent = delegate_cgroup(policy.cgroup_skipped);
   return policy;
+}
+
+size_t remove_runner_places(const SandboxPolicy& policy) {
+  if (policy.worker_tag.empty())
+    return 0;
+  const std::string& worker = policy.worker_tag;
+  const std::string prefix = "runner-" + worker + "-"; // as place_runner names them
+  const auto ours = [&prefix](const fs::path& p) {
+    const std::string name = p.filename().string();
+    return name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+           name.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
+  };
+  size_t removed = 0;
+  std::error_code ec;
+  const fs::path work_root =
+      policy.work_root.empty() ? fs::temp_directory_path(ec) : fs::path(policy.work_root);
+  std::vector<fs::path> dirs, cgroups;
+  for (fs::directory_iterator it(work_root, ec), end; !ec && it != end; it.increment(ec))
+    if (ours(it->path()))
+      dirs.push_back(it->path());
+  if (!policy.cgroup_parent.empty())
+    for (fs::directory_iterator it(policy.cgroup_parent, ec), end; !ec && it != end;
+         it.increment(ec))
+      if (ours(it->path()))
+        cgroups.push_back(it->path());
+  for (const auto& dir : dirs) {
+    std::string why;
+    if (remove_tree(dir, &why))
+      ++removed;
+    else
+      spdlog::warn("runner directory of worker {} left behind: {}", worker, why);
+  }
+  // A cgroup goes with rmdir once its processes are gone (the group was killed before).
+  for (const auto& cgroup : cgroups) {
+    if (::rmdir(cgroup.c_str()) == 0 || errno == ENOENT)
+      ++removed;
+    else
+      spdlog::warn("cgroup of worker {} left behind: {}: {}", worker, cgroup.string(),
+                   std::strerror(errno));
+  }
+  return removed;
 }
 
 json::object probe_sandbox(const fs::path& worker_exe, const SandboxPolicy& policy,

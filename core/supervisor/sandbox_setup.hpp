@@ -37,6 +37,14 @@ public:
 protocol::SandboxPolicy prepare_host_sandbox(const SandboxOptions& options,
                                              const std::filesystem::path& state_dir);
 
+// Removes what the trusted worker started with `policy` made for its runners (place_runner in
+// worker/isolation/sandbox.hpp): their directories `WORK_ROOT/runner-<worker_tag>-<n>` and their
+// cgroups. The worker removes them itself when it ends normally or by SIGTERM; this is for the
+// end it cannot clean up after (SIGKILL once a timeout's grace is over, a crash). Call once the
+// worker and its process group are gone. Returns how many were removed; failures are logged.
+// Does nothing without a worker_tag.
+size_t remove_runner_places(const protocol::SandboxPolicy& policy);
+
 // Starts `worker_exe --sandbox-probe POLICY`: a runner that applies the sandbox and reports it.
 // Returns its report, or {"error": ...} when the probe itself failed.
 boost::json::object probe_sandbox(const std::filesystem::path& worker_exe,

@@ -5,6 +5,7 @@
 #include "protocol/job_contract.hpp"
 #include "supervisor/detail/child_setup.hpp"
 #include "supervisor/detail/spawned_worker.hpp"
+#include "supervisor/sandbox_setup.hpp"
 
 #include <array>
 #include <csignal>
@@ -37,11 +38,15 @@ std::unique_ptr<SpawnedWorker> spawn_worker(asio::strand<asio::any_io_executor> 
                                             const std::filesystem::path& worker_exe,
                                             const protocol::SandboxPolicy& sandbox,
                                             const std::vector<std::filesystem::path>& prewarm) {
+  static std::atomic<uint64_t> workers_started{0};
   auto worker = std::make_unique<SpawnedWorker>(std::move(strand));
+  worker->sandbox = sandbox;
+  worker->sandbox.worker_tag =
+      std::to_string(::getpid()) + "w" + std::to_string(workers_started.fetch_add(1));
   local_socket child_end(worker->strand);
   asio::local::connect_pair(worker->socket, child_end);
   std::vector<std::string> args{"--protocol-fd", "3", "--sandbox",
-                                json::serialize(protocol::to_json(sandbox))};
+                                json::serialize(protocol::to_json(worker->sandbox))};
   for (const auto& plugin : prewarm) {
     args.emplace_back("--prewarm");
     args.push_back(plugin.string());
@@ -90,6 +95,7 @@ public:
     } else {
       prestarted_ = true;
     }
+    worker_sandbox_ = worker->sandbox;
     socket_ = std::move(worker->socket);
     out_pipe_ = std::move(worker->out);
     err_pipe_ = std::move(worker->err);
@@ -392,6 +398,8 @@ private:
     finished_ = true;
     drain_timer_.cancel();
     timer_.cancel();
+    // What a worker killed mid-cleanup left (its own SIGTERM path removes the rest first).
+    remove_runner_places(worker_sandbox_);
 
     SessionOutcome outcome;
     outcome.stage = stage_;
@@ -431,6 +439,7 @@ private:
 
   asio::strand<asio::any_io_executor> strand_;
   JobLaunch launch_;
+  protocol::SandboxPolicy worker_sandbox_; // the worker's, with its worker_tag
   SessionHandlers handlers_;
   local_socket socket_;
   asio::readable_pipe out_pipe_, err_pipe_;
@@ -478,6 +487,7 @@ PrestartedWorker::~PrestartedWorker() {
     ::kill(-parts_->process->id(), SIGKILL);
     boost::system::error_code ignored;
     parts_->process->wait(ignored); // reap it now: nobody else will
+    remove_runner_places(parts_->sandbox);
   }
 }
 
@@ -500,6 +510,7 @@ bool PrestartedWorker::alive(std::string* why) {
   if (why != nullptr)
     *why = WIFSIGNALED(status) ? "killed by " + describe_signal(WTERMSIG(status))
                                : "exited with code " + std::to_string(WEXITSTATUS(status));
+  remove_runner_places(parts_->sandbox);
   parts_.reset();
   return false;
 }

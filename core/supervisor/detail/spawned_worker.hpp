@@ -25,13 +25,14 @@ struct SpawnedWorker {
   boost::asio::strand<boost::asio::any_io_executor> strand;
   boost::asio::local::stream_protocol::socket socket; // the protocol channel (fd 3 in the child)
   boost::asio::readable_pipe out, err;                // its stdout and stderr
+  protocol::SandboxPolicy sandbox; // as the worker got it: its worker_tag names its runners
   std::optional<
       boost::process::v2::basic_process<boost::asio::strand<boost::asio::any_io_executor>>>
       process;
 };
 
 // Starts `worker_exe --protocol-fd 3 --sandbox POLICY [--prewarm PLUGIN]...` in its own process
-// group. Throws when it cannot be started.
+// group, POLICY being `sandbox` with a worker_tag of its own. Throws when it cannot be started.
 std::unique_ptr<SpawnedWorker>
 spawn_worker(boost::asio::strand<boost::asio::any_io_executor> strand,
              const std::filesystem::path& worker_exe, const protocol::SandboxPolicy& sandbox,

@@ -1,6 +1,7 @@
 #include "worker/isolation/isolation.hpp"
 
 #include "common/process_tree.hpp"
+#include "common/remove_tree.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -159,10 +160,8 @@ void end_descendants_on_sigterm() {
       std::lock_guard lock(termination_mutex());
       dirs = termination_dirs();
     }
-    for (const auto& dir : dirs) {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    }
+    for (const auto& dir : dirs)
+      remove_tree(dir);
     ::_exit(128 + SIGTERM);
   }).detach();
 }

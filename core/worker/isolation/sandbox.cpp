@@ -1,6 +1,7 @@
 #include "worker/isolation/sandbox.hpp"
 
 #include "common/control_file.hpp"
+#include "common/remove_tree.hpp"
 
 #include "worker/isolation/detail/landlock.hpp"
 #include "worker/isolation/detail/seccomp.hpp"
@@ -261,8 +262,9 @@ SandboxPolicy place_runner(const SandboxPolicy& policy) {
   const fs::path root =
       policy.work_root.empty() ? fs::temp_directory_path() : fs::path(policy.work_root);
   fs::create_directories(root);
-  const std::string name =
-      "runner-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+  const std::string tag =
+      policy.worker_tag.empty() ? std::to_string(::getpid()) : policy.worker_tag;
+  const std::string name = "runner-" + tag + "-" + std::to_string(counter.fetch_add(1));
   const fs::path dir = root / name;
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
     throw std::system_error(errno, std::generic_category(), "mkdir " + dir.string());
@@ -327,8 +329,7 @@ void remove_runner_place(const SandboxPolicy& policy) {
     ::rmdir(policy.cgroup.c_str());
   }
   if (!policy.runner_dir.empty()) {
-    std::error_code ec;
-    fs::remove_all(policy.runner_dir, ec);
+    remove_tree(policy.runner_dir); // what is left, the host's sweep reports
     forget_on_termination(policy.runner_dir);
   }
 }

@@ -43,6 +43,13 @@ TEST_F(LeftoverAfterTheJobEnds, ATimeoutEndsEveryProcessOfTheJob) {
   ASSERT_EQ(pids.size(), 2u) << describe(run);
   EXPECT_EQ(run.exit_code, 3) << describe(run); // keval ended it: an infrastructure failure
   EXPECT_TRUE(alive.empty()) << alive.size() << " of the job's processes outlived its timeout";
+  // Nor its runners' directories (removed by the worker on SIGTERM, where no destructor runs).
+  std::vector<std::string> left;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(tmp.path() / "state" / "work", ec))
+    if (entry.path().filename().string().rfind("runner-", 0) == 0)
+      left.push_back(entry.path().string());
+  EXPECT_TRUE(left.empty()) << left.front();
 }
 
 TEST_F(LeftoverAfterTheJobEnds, TheDeathOfKevalEndsEveryProcessOfTheJob) {
