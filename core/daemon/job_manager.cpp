@@ -166,6 +166,7 @@ public:
     job->record.job_id = job->id;
     job->record.mode = job->mode;
     job->record.warnings = request.warnings;
+    job->record.strict_flags = request.strict_flags;
     job->gpu_type = std::move(gpu_type);
     job->submitted_at = unix_now();
     job->submitted_clock = Clock::now();

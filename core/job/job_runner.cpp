@@ -50,6 +50,12 @@ std::string new_job_id() {
   return buf;
 }
 
+uint64_t secret_job_seed() {
+  // std::random_device reads the kernel's random source (getrandom) on Linux.
+  std::random_device source;
+  return (static_cast<uint64_t>(source()) << 32) ^ source();
+}
+
 supervisor::JobLaunch make_launch(const request::EvalRequest& request,
                                   const registry::Registry& registry, const std::string& job_id,
                                   const RunOptions& options) {
@@ -63,7 +69,7 @@ supervisor::JobLaunch make_launch(const request::EvalRequest& request,
     if (code != nullptr)
       launch.plugins[code->kernel_type] = registry.find(code->kernel_type)->path;
   launch.work_dir = options.work_root / job_id;
-  launch.seed = kDefaultJobSeed;
+  launch.seed = request.seed ? *request.seed : secret_job_seed();
   launch.timeout = std::chrono::milliseconds(static_cast<int64_t>(request.timeout_s * 1000.0));
   return launch;
 }
@@ -98,6 +104,7 @@ result::Response run_job(const request::EvalRequest& request, const registry::Re
   record.job_id = request.job_id.value_or(new_job_id());
   record.mode = request.mode == request::EvalRequest::Mode::compare ? "compare" : "evaluate";
   record.warnings = request.warnings;
+  record.strict_flags = request.strict_flags;
   supervisor::JobLaunch launch = make_launch(request, registry, record.job_id, options);
   fs::create_directories(launch.work_dir);
   store.save(record.job_id, record_json(record, request.original, "compiling"));

@@ -24,7 +24,10 @@ void check_against_registry(const request::EvalRequest& request,
 std::string new_job_id();
 
 // The default seed for arguments without one: fixed, so unseeded requests are reproducible.
-inline constexpr uint64_t kDefaultJobSeed = 0x6b6576616cull; // "keval"
+// A job's secret: the seed its inputs are drawn from when the request names none. Drawn from
+// the kernel's random source per job, so a candidate can precompute nothing; reported after the
+// job (metadata.seed), so a run can be reproduced with the request's `seed`.
+uint64_t secret_job_seed();
 
 struct RunOptions {
   std::filesystem::path worker_exe;

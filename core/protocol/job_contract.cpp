@@ -196,6 +196,9 @@ void tag_invoke(json::value_from_tag, json::value& v, const ValidationReport& r)
   put(o, "error", r.error);
   if (!r.failed_side.empty())
     o["failed_side"] = r.failed_side;
+  put(o, "seed", r.seed);
+  if (!r.flags.empty())
+    o["flags"] = r.flags;
   v = std::move(o);
 }
 
@@ -209,6 +212,8 @@ ValidationReport tag_invoke(json::value_to_tag<ValidationReport>, const json::va
   r.trials = array_or_empty(o, "trials");
   r.error = optional_at<ErrorInfo>(o, "error");
   r.failed_side = optional_string(o, "failed_side");
+  r.seed = optional_at<uint64_t>(o, "seed");
+  r.flags = array_or_empty(o, "flags");
   return r;
 }
 
@@ -256,8 +261,10 @@ void tag_invoke(json::value_from_tag, json::value& v, const ProfileReport& r) {
   put(o, "error", r.error);
   if (!r.failed_side.empty())
     o["failed_side"] = r.failed_side;
-  if (r.ok)
+  if (!r.flags.empty())
     o["flags"] = r.flags;
+  if (!r.checks.empty())
+    o["checks"] = r.checks;
   v = std::move(o);
 }
 
@@ -273,6 +280,7 @@ ProfileReport tag_invoke(json::value_to_tag<ProfileReport>, const json::value& v
   r.error = optional_at<ErrorInfo>(o, "error");
   r.failed_side = optional_string(o, "failed_side");
   r.flags = array_or_empty(o, "flags");
+  r.checks = object_or_empty(o, "checks");
   return r;
 }
 

@@ -85,6 +85,12 @@ struct ValidationReport {
   boost::json::array trials; // per trial: passed, comparisons (tensor::to_json), problem
   std::optional<ErrorInfo> error;
   std::string failed_side; // "ref" or "custom" when a side failed; empty otherwise
+  // The job's seed (the secret its inputs came from), reported once the job has it, for a
+  // rerun with the request's `seed`.
+  std::optional<uint64_t> seed;
+  // What the checks found that the verdict cannot say (precision, degenerate_check,
+  // output_aliases_input), each {"name", "reason", "details"}.
+  boost::json::array flags;
 };
 
 // One side's timing: tensor::RuntimeStats plus how it was taken.
@@ -104,9 +110,11 @@ struct ProfileReport {
   std::optional<double> speedup; // ref median / custom median
   std::optional<ErrorInfo> error;
   std::string failed_side;
-  // What a verdict cannot say, reported beside it (excessive speedup, library-only, ...): room
-  // for the checks of issue 13, each {"flag", "message", ...}.
+  // What a verdict cannot say, reported beside it (excessive_speedup, constant_output), each
+  // {"name", "reason", "details"}.
   boost::json::array flags;
+  // How the timed samples were fed and checked: {"fresh_inputs", "checked_samples", ...}.
+  boost::json::object checks;
 };
 
 // What the host keeps of a job's phases as they arrive.

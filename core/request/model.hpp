@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/json/object.hpp>
@@ -100,6 +101,19 @@ struct Tolerance {
   double rtol = 1e-2;
 };
 
+// The checks a verdict cannot settle, reported beside it as flags ({name, reason, details} in
+// kernel_exec_result.metadata.flags); a request's `strict` turns the named ones into
+// correctness: false. Names are part of the API.
+inline constexpr std::string_view kFlagNames[] = {
+    "excessive_speedup",    // the speedup is above excessive_speedup_threshold
+    "library_only",         // the candidate's timed kernels all come from libraries
+    "precision",            // passes the request's tolerance but not the dtype's strict default
+    "degenerate_check",     // the reference's outputs cannot tell a wrong kernel from a right one
+    "output_aliases_input", // the candidate returned (a copy of) one of its inputs
+    "static",               // its source holds patterns that game timing or checks
+    "constant_output",      // evaluate: its outputs did not change when its inputs did
+};
+
 // POST /evaluate and POST /compare, one type: `ref` is present only for compare.
 struct EvalRequest {
   enum class Mode { evaluate, compare } mode = Mode::evaluate;
@@ -109,9 +123,15 @@ struct EvalRequest {
   int64_t num_correctness_trials = 5; // keval extension; seed default behaviour
   double timeout_s = 120.0;           // whole-job wall-clock limit
   Tolerance tolerance;
-  bool async = false;                // daemon only
-  std::optional<std::string> job_id; // client-chosen id, else generated
-  boost::json::object original;      // the request as sent, kept for the job record
+  // keval: reproduces a run. Absent, each job draws a secret seed for its inputs (reported
+  // after the job as metadata.seed), so nothing the candidate precomputes can match them.
+  std::optional<uint64_t> seed;
+  // keval: flags (kFlagNames) that make the result incorrect; `"strict": true` names them all.
+  std::vector<std::string> strict_flags;
+  double excessive_speedup_threshold = 10.0; // keval: KernelBench's default
+  bool async = false;                        // daemon only
+  std::optional<std::string> job_id;         // client-chosen id, else generated
+  boost::json::object original;              // the request as sent, kept for the job record
   // Non-fatal findings, each "path: message" (unknown fields ignored for seed compatibility,
   // parameters that do not apply to the chosen init kind, ...). Reported in the response.
   std::vector<std::string> warnings;

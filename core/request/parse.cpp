@@ -189,6 +189,35 @@ void parse_kernels(EvalRequest& request, ObjectReader& reader, const ParseContex
   request.kernel = parse_kernel_code(reader.required("custom_kernel"), "custom_kernel", ctx);
 }
 
+// `true`: every flag; `false`: none; else a list of flag names (request/model.hpp, kFlagNames).
+std::vector<std::string> parse_strict(const json::value& value, const std::string& path) {
+  std::vector<std::string> names;
+  if (value.is_bool()) {
+    if (value.get_bool())
+      for (std::string_view name : kFlagNames)
+        names.emplace_back(name);
+    return names;
+  }
+  if (!value.is_array())
+    throw RequestError(path, std::string("must be true, false or a list of flag names, got ") +
+                                 kind_name(value));
+  const json::array& list = value.get_array();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string item = element_path(path, i);
+    const std::string_view name = read_nonempty_string(list[i], item);
+    if (std::find(std::begin(kFlagNames), std::end(kFlagNames), name) == std::end(kFlagNames)) {
+      std::string known;
+      for (std::string_view n : kFlagNames)
+        known += (known.empty() ? "" : ", ") + std::string(n);
+      throw RequestError(item, "'" + std::string(name.substr(0, 64)) +
+                                   "' is not a flag; flags are " + known);
+    }
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      names.emplace_back(name);
+  }
+  return names;
+}
+
 // num_trials and timeout are seed 000's; the rest are keval extensions.
 void parse_settings(EvalRequest& request, ObjectReader& reader, const Limits& limits) {
   if (const json::value* trials = reader.optional("num_trials"))
@@ -202,6 +231,17 @@ void parse_settings(EvalRequest& request, ObjectReader& reader, const Limits& li
     request.tolerance.atol = read_non_negative_number(*atol, "atol");
   if (const json::value* rtol = reader.optional("rtol"))
     request.tolerance.rtol = read_non_negative_number(*rtol, "rtol");
+  if (const json::value* seed = reader.optional("seed"))
+    request.seed = read_uint64(*seed, "seed");
+  if (const json::value* strict = reader.optional("strict"))
+    request.strict_flags = parse_strict(*strict, "strict");
+  if (const json::value* threshold = reader.optional("excessive_speedup_threshold")) {
+    request.excessive_speedup_threshold =
+        read_finite_number(*threshold, "excessive_speedup_threshold");
+    if (request.excessive_speedup_threshold <= 1.0)
+      throw RequestError("excessive_speedup_threshold",
+                         "must be > 1, got " + format_number(request.excessive_speedup_threshold));
+  }
   if (const json::value* async = reader.optional("async"))
     request.async = read_bool(*async, "async");
   if (const json::value* job_id = reader.optional("job_id"))

@@ -3,6 +3,9 @@
 #include "common/utf8.hpp"
 #include "protocol/job_contract.hpp"
 
+#include <algorithm>
+#include <string_view>
+
 #include <boost/json/array.hpp>
 #include <boost/json/value_to.hpp>
 
@@ -116,7 +119,32 @@ Response build_response(const JobRecord& record) {
       compiled && compiled->custom ? &*compiled->custom : nullptr;
   const protocol::SideCompile* ref_compile = compiled && compiled->ref ? &*compiled->ref : nullptr;
   exec["compiled"] = custom_compile != nullptr && custom_compile->ok;
-  exec["correctness"] = validated && validated->ok;
+  // A timed sample whose outputs did not match (or that modified an input) is a failed check
+  // like a correctness trial's (worker/pipeline: every sample is checked).
+  const bool failed_while_timed =
+      profiled && !profiled->ok && profiled->failed_side == "custom" && profiled->error &&
+      (profiled->error->type == "mismatch" || profiled->error->type == "input_modified");
+  // Flags from every phase; those the request made strict fail the result.
+  json::array flags;
+  if (validated)
+    for (const auto& f : validated->flags)
+      flags.push_back(f);
+  if (profiled)
+    for (const auto& f : profiled->flags)
+      flags.push_back(f);
+  std::vector<std::string> strict_failures;
+  for (auto& f : flags) {
+    json::object& o = f.as_object();
+    const json::string* name = o.contains("name") ? o.at("name").if_string() : nullptr;
+    const bool strict =
+        name != nullptr && std::find(record.strict_flags.begin(), record.strict_flags.end(),
+                                     std::string_view(*name)) != record.strict_flags.end();
+    o["strict"] = strict;
+    if (strict)
+      strict_failures.emplace_back(*name);
+  }
+  exec["correctness"] =
+      validated && validated->ok && !failed_while_timed && strict_failures.empty();
   exec["runtime"] = -1.0;
   exec["runtime_stats"] = json::object();
   body["compilation_error"] = nullptr;
@@ -137,6 +165,16 @@ Response build_response(const JobRecord& record) {
   if (validated && !validated->ok)
     body["validation_error"] =
         bad_input_data ? validated->error->message : error_text(validated->error);
+  else if (failed_while_timed)
+    body["validation_error"] = error_text(profiled->error);
+  else if (!strict_failures.empty()) {
+    std::string names;
+    for (const auto& n : strict_failures)
+      names += (names.empty() ? "" : ", ") + n;
+    body["validation_error"] =
+        "flagged " + names +
+        ", which the request made strict (see kernel_exec_result.metadata.flags)";
+  }
 
   if (profiled && profiled->ok) {
     if (profiled->custom) {
@@ -186,6 +224,9 @@ Response build_response(const JobRecord& record) {
   }
   if (profiled_json)
     metadata["profiling"] = *profiled_json;
+  metadata["flags"] = std::move(flags);
+  if (validated && validated->seed)
+    metadata["seed"] = *validated->seed;
   if (outcome)
     metadata["worker"] = worker_json(*outcome);
   if (!record.warnings.empty()) {
@@ -228,7 +269,7 @@ Response build_response(const JobRecord& record) {
   } else {
     const bool passed = custom_compile && custom_compile->ok && validated && validated->ok &&
                         (!profiled || profiled->ok) && !ended_badly &&
-                        (ref_compile == nullptr || ref_compile->ok);
+                        (ref_compile == nullptr || ref_compile->ok) && strict_failures.empty();
     response.verdict = passed ? Verdict::success : Verdict::kernel_failed;
     body["status"] = "success";
   }

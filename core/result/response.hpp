@@ -27,6 +27,8 @@ struct JobRecord {
   std::string job_id;
   std::string mode; // "evaluate" | "compare"
   std::vector<std::string> warnings;
+  // The request's `strict`: flags that make the result incorrect.
+  std::vector<std::string> strict_flags;
   std::map<std::string, boost::json::object> phases; // "compiled", "validated", "profiled"
   std::optional<supervisor::SessionOutcome> outcome;
 };

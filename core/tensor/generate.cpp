@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <boost/uuid/name_generator_sha1.hpp>
+
 #include "tensor/detail/generator_core.hpp"
 #include "tensor/dtype.hpp"
 
@@ -122,6 +124,21 @@ uint64_t trial_seed(uint64_t spec_seed, uint64_t trial) {
     return spec_seed;
   // The trial-th output of a SplitMix64 stream started at spec_seed.
   return detail::mix64(spec_seed + trial * detail::kGoldenGamma);
+}
+
+uint64_t input_seed(uint64_t job_seed, std::string_view stream, uint64_t trial) {
+  // A name-based (version 5) UUID is SHA-1 over a namespace and a name: the namespace is the
+  // job seed, the name the stream and the trial.
+  boost::uuids::uuid space{};
+  std::memcpy(space.data, &job_seed, sizeof job_seed);
+  std::memcpy(space.data + 8, "keval-in", 8);
+  std::string name(stream);
+  name.push_back('\0');
+  name.append(reinterpret_cast<const char*>(&trial), sizeof trial);
+  const boost::uuids::uuid id = boost::uuids::name_generator_sha1(space)(name.data(), name.size());
+  uint64_t seed = 0;
+  std::memcpy(&seed, id.data, sizeof seed); // bytes 0-7: byte 6 carries the version nibble
+  return detail::mix64(seed);
 }
 
 uint64_t default_arg_seed(uint64_t job_seed, size_t arg_index) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "request/model.hpp"
 #include "tensor/host_tensor.hpp"
@@ -27,10 +28,19 @@ void fill(HostTensor& tensor, const request::TensorInit& init, uint64_t seed);
 // differs from tensor.nbytes().
 void fill_from_data(HostTensor& tensor, const request::TensorData& data);
 
-// The seed of correctness trial `trial` for a tensor whose spec seed is `spec_seed`. Trial 0 uses
-// the spec seed itself, so a client reproduces trial 0 from its request alone; later trials get
-// well-mixed, distinct seeds.
+// The seed of trial `trial` for a tensor whose spec seed is `spec_seed`. Trial 0 uses the spec
+// seed itself; later trials get well-mixed, distinct seeds.
 uint64_t trial_seed(uint64_t spec_seed, uint64_t trial);
+
+// The seed of one input stream in one trial (a correctness trial or a timed sample), derived
+// one-way (SHA-1) from the job's secret seed. `stream` names the input: "seed:42" for a
+// TensorInit seed the client wrote (two arguments with one seed get bit-identical values),
+// "arg:NAME" for an unseeded argument, "default-inputs" for a kernel's own get_inputs.
+// One-way because the candidate sees the values: were the derivation invertible (as SplitMix
+// is), a kernel recovering one trial's seed from its inputs would know every later sample's
+// inputs and could compute their outputs outside the timed region. Without the job seed no
+// value can be known before the job; with it (the request's `seed`) a run is reproduced.
+uint64_t input_seed(uint64_t job_seed, std::string_view stream, uint64_t trial);
 
 // The spec seed of argument `arg_index` when its TensorInit has none, derived from the job seed
 // so that arguments get independent streams.

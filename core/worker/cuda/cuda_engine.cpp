@@ -87,6 +87,9 @@ private:
 CudaTensor& as_cuda(Tensor& tensor) {
   return static_cast<CudaTensor&>(tensor);
 }
+const CudaTensor& as_cuda(const Tensor& tensor) {
+  return static_cast<const CudaTensor&>(tensor);
+}
 
 detail::FillKind fill_kind(request::InitKind kind) {
   switch (kind) {
@@ -170,6 +173,20 @@ public:
     return std::make_unique<CudaTensor>(
         handle.dtype, handle.shape, session_.ordinal(),
         detail::SharedDeviceMemory::open(session_.ordinal(), std::move(handle.fd), handle.bytes));
+  }
+
+  void copy_into(Tensor& destination, const Tensor& source) override {
+    session_.throw_if_faulted();
+    if (destination.dtype() != source.dtype() || destination.shape() != source.shape())
+      throw std::invalid_argument("copy_into: tensors of different dtype or shape");
+    CudaTensor& to = as_cuda(destination);
+    const CudaTensor& from = as_cuda(source);
+    if (to.nbytes() == 0)
+      return;
+    session_.check(
+        api().cuMemcpyDtoDAsync(to.address(), from.address(), to.nbytes(), session_.stream()),
+        "cuMemcpyDtoDAsync");
+    session_.check(api().cuStreamSynchronize(session_.stream()), "cuStreamSynchronize");
   }
 
   // Mapped, then cloned into private memory; the mapping goes before this returns.

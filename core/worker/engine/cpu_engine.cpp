@@ -118,6 +118,14 @@ public:
     return shared;
   }
 
+  void copy_into(Tensor& destination, const Tensor& source) override {
+    if (destination.dtype() != source.dtype() || destination.shape() != source.shape())
+      throw std::invalid_argument("copy_into: tensors of different dtype or shape");
+    const size_t nbytes = detail::tensor_bytes(source.dtype(), source.shape());
+    if (nbytes > 0)
+      std::memmove(destination.dl().data, source.dl().data, nbytes);
+  }
+
   std::unique_ptr<Tensor> open_shared(SharedTensorHandle handle) override {
     const size_t bytes = detail::checked_shared_bytes(handle);
     if (!handle.fd)

@@ -95,6 +95,10 @@ public:
   // Copies a contiguous clone of `source` (same dtype and shape) into a new tensor.
   virtual std::unique_ptr<Tensor> clone(const keval_dl_tensor& source,
                                         Sharing sharing = Sharing::private_memory) = 0;
+  // Copies `source` into `destination`, two tensors of this engine with the same dtype and shape
+  // (std::invalid_argument otherwise), and returns once the copy is complete: how fresh inputs
+  // reach buffers a runner already holds (a captured graph reads them where they are).
+  virtual void copy_into(Tensor& destination, const Tensor& source) = 0;
   // Maps a tensor another process shared: both see each other's writes. Throws
   // std::invalid_argument when the descriptor does not hold the dtype and shape it claims.
   virtual std::unique_ptr<Tensor> open_shared(SharedTensorHandle handle) = 0;

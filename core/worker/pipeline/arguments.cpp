@@ -11,17 +11,6 @@ namespace keval::worker {
 
 namespace {
 
-// A stable 64-bit hash of an argument name (FNV-1a), so unseeded arguments with the same name
-// get the same values on both sides of a compare.
-uint64_t name_hash(const std::string& name) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : name) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 std::unique_ptr<Tensor> materialise(Engine& engine, const request::ArgSpec& arg, uint64_t trial,
                                     uint64_t job_seed) {
   const auto& spec = *arg.tensor_spec;
@@ -32,8 +21,8 @@ std::unique_ptr<Tensor> materialise(Engine& engine, const request::ArgSpec& arg,
   }
   // Seed 000 generates unspecified inputs with randn.
   const request::TensorInit init = spec.init.value_or(request::TensorInit{});
-  const uint64_t base = init.seed ? *init.seed : job_seed ^ name_hash(arg.name);
-  engine.fill(*tensor, init, tensor::trial_seed(base, trial));
+  const std::string stream = init.seed ? "seed:" + std::to_string(*init.seed) : "arg:" + arg.name;
+  engine.fill(*tensor, init, tensor::input_seed(job_seed, stream, trial));
   return tensor;
 }
 
@@ -72,12 +61,14 @@ const Tensor* InputSet::contract_input(const request::IOContract* contract, size
 }
 
 ArgumentBinder::ArgumentBinder(Engine& engine, const request::IOContract* contract,
-                               bool own_contract, const InputSet& inputs, Sharing sharing) {
+                               bool own_contract, const InputSet& inputs, Sharing sharing)
+    : contract_(contract) {
   if (contract == nullptr) {
     for (size_t i = 0; i < inputs.defaults().size(); ++i) {
       Bound b;
       b.name = "input" + std::to_string(i);
       b.pristine = inputs.defaults()[i].get();
+      b.source = i;
       b.tensor = engine.clone(b.pristine->dl(), sharing);
       bound_.push_back(std::move(b));
     }
@@ -95,6 +86,7 @@ ArgumentBinder::ArgumentBinder(Engine& engine, const request::IOContract* contra
           b.tensor = engine.allocate(arg.tensor_spec->dtype, arg.tensor_spec->shape, sharing);
         } else {
           b.pristine = inputs.contract_input(contract, i);
+          b.source = i;
           if (b.pristine == nullptr)
             throw std::logic_error("no materialised input for argument '" + arg.name + "'");
           b.tensor = engine.clone(b.pristine->dl(), sharing);
@@ -183,6 +175,26 @@ void ArgumentBinder::poison_outputs(Engine& engine) {
   for (auto& b : bound_)
     if (b.tensor && b.role == request::Role::output)
       engine.poison(*b.tensor);
+}
+
+void ArgumentBinder::refresh(Engine& engine, const InputSet& inputs) {
+  for (auto& b : bound_) {
+    if (b.pristine == nullptr)
+      continue;
+    const Tensor* fresh = nullptr;
+    if (contract_ == nullptr)
+      fresh = b.source < inputs.defaults().size() ? inputs.defaults()[b.source].get() : nullptr;
+    else
+      fresh = inputs.contract_input(contract_, b.source);
+    if (fresh == nullptr)
+      throw std::invalid_argument("the new inputs have no argument '" + b.name + "'");
+    if (fresh->dtype() != b.tensor->dtype() || fresh->shape() != b.tensor->shape())
+      throw std::invalid_argument("input '" + b.name +
+                                  "' changed its dtype or shape between "
+                                  "trials");
+    engine.copy_into(*b.tensor, *fresh);
+    b.pristine = fresh;
+  }
 }
 
 std::vector<const keval_dl_tensor*> ArgumentBinder::output_views() {

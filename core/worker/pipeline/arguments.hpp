@@ -32,8 +32,8 @@ class InputSet {
 public:
   InputSet() = default;
   // Materialises every contract's input and inout tensors. Values depend only on the argument's
-  // spec, its seed (or, without one, the job seed and the argument's name) and the trial, so
-  // two contracts that describe the same argument get bit-identical tensors.
+  // spec, its seed (or, without one, its name), the job seed and the trial (tensor::input_seed),
+  // so two contracts that describe the same argument get bit-identical tensors.
   static InputSet from_contracts(Engine& engine,
                                  const std::vector<const request::IOContract*>& contracts,
                                  uint64_t trial, uint64_t job_seed);
@@ -68,6 +68,11 @@ public:
   // appended to `fds` in argument order.
   boost::json::array describe(std::vector<int>& fds) const;
   void poison_outputs(Engine& engine);
+  // Writes another trial's inputs (same contracts, or default inputs of the same shapes) into the
+  // bound tensors, in place, and checks against those from then on: a timed sample's fresh
+  // inputs, in buffers the runner (and a graph it captured) already holds. `inputs` must outlive
+  // the next first_modified_input. Throws std::invalid_argument when a shape or dtype differs.
+  void refresh(Engine& engine, const InputSet& inputs);
   // Output and inout tensors, in contract order.
   std::vector<const keval_dl_tensor*> output_views();
   // Name of the first read-only input whose bytes changed, if any.
@@ -79,8 +84,10 @@ private:
     request::Role role = request::Role::input;
     std::unique_ptr<Tensor> tensor;   // tensor arguments
     const Tensor* pristine = nullptr; // inputs: what the clone must still equal
+    size_t source = 0;                // the pristine's index: contract argument or default input
     std::string str_value;            // keeps str scalars alive
   };
+  const request::IOContract* contract_ = nullptr;
   std::vector<Bound> bound_;
   std::vector<keval_arg> args_;
 };

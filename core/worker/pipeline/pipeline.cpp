@@ -3,6 +3,7 @@
 #include "common/log.hpp"
 #include "protocol/job_contract.hpp"
 #include "request/parse.hpp"
+#include "tensor/dtype.hpp"
 #include "tensor/generate.hpp"
 #include "tensor/stats.hpp"
 #include "worker/engine/detail/shared_host_memory.hpp"
@@ -65,6 +66,20 @@ constexpr const char* kInvalidInputData = "invalid_input_data";
 constexpr uint64_t kUnlimited = UINT64_MAX;
 constexpr uint64_t kMinOutputBudget = 1ull << 20;
 constexpr uint64_t kWithoutReference = 16ull << 30;
+// A sample whose outputs are not wanted (warm-up): none are copied.
+constexpr uint64_t kUnchecked = 0;
+
+// A flag (request/model.hpp, kFlagNames): what a check found that the verdict cannot say.
+json::object flag(const char* name, const std::string& reason, json::object details = {}) {
+  return json::object{{"name", name}, {"reason", reason}, {"details", std::move(details)}};
+}
+
+// "12.3x": a ratio for a message.
+std::string format_ratio(double ratio) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3gx", ratio);
+  return text;
+}
 
 // A kernel failure while validating or profiling: the kernel's fault, reported as a result.
 struct KernelFailure {
@@ -106,6 +121,105 @@ struct RemoteBinding {
       side->runner->post(std::move(unbind));
     }
   }
+};
+
+// What the correctness trials show beyond pass or fail, gathered trial by trial and turned into
+// flags (request/model.hpp, kFlagNames) once all have passed.
+class TrialEvidence {
+public:
+  void begin_trial() { ++trials_; }
+
+  // Output k of the reference was degenerate in this trial as `kind` ("" when it was not).
+  void degenerate(size_t k, const std::string& kind) {
+    Output& o = at(k);
+    if (kind.empty())
+      o.informative = true;
+    else if (o.degenerate_kind.empty())
+      o.degenerate_kind = kind;
+  }
+
+  // Output k of the candidate held exactly the bytes of an input ("input 2"), and the
+  // reference's did (or not) in the same trial.
+  void aliasing(size_t k, const std::string& custom, const std::string& reference) {
+    Output& o = at(k);
+    if (custom.empty()) {
+      o.not_aliased = true;
+      return;
+    }
+    o.aliased_input = custom;
+    if (reference != custom)
+      o.reference_differs = true;
+  }
+
+  void imprecise(uint64_t trial, size_t output, const tensor::Comparison& loose,
+                 const tensor::Comparison& tight) {
+    if (precision_.empty())
+      precision_ = {{"trial", trial},
+                    {"output", output},
+                    {"dtype", request::dtype_name(*loose.dtype)},
+                    {"max_abs_diff", loose.max_abs_diff},
+                    {"max_rel_diff", loose.max_rel_diff},
+                    {"request_tolerance",
+                     json::object{{"atol", loose.tolerance.atol}, {"rtol", loose.tolerance.rtol}}},
+                    {"strict_tolerance",
+                     json::object{{"atol", tight.tolerance.atol}, {"rtol", tight.tolerance.rtol}}},
+                    {"mismatches_at_strict", tight.mismatches},
+                    {"at_strict", tensor::summary(tight)}};
+  }
+
+  json::array flags(bool compared) const {
+    json::array out;
+    if (!precision_.empty())
+      out.push_back(flag("precision",
+                         "the outputs pass the request's tolerance but not their dtype's strict "
+                         "default (" +
+                             json::value_to<std::string>(precision_.at("at_strict")) + ")",
+                         precision_));
+    for (size_t k = 0; k < outputs_.size(); ++k) {
+      const Output& o = outputs_[k];
+      if (compared && !o.informative && !o.degenerate_kind.empty())
+        out.push_back(flag("degenerate_check",
+                           "in every trial the reference's output " + std::to_string(k) +
+                               " was such that " + degenerate_text(o.degenerate_kind) +
+                               " passes the check: it cannot tell a wrong kernel from a right one",
+                           json::object{{"output", k}, {"kind", o.degenerate_kind}}));
+      // Returning an input is only suspect where the reference does not do the same.
+      if (!o.not_aliased && !o.aliased_input.empty() && (!compared || o.reference_differs))
+        out.push_back(flag("output_aliases_input",
+                           "in every trial the candidate's output " + std::to_string(k) +
+                               " was bit for bit its " + o.aliased_input +
+                               (compared ? ", which the reference's was not" : ""),
+                           json::object{{"output", k}, {"input", o.aliased_input}}));
+    }
+    return out;
+  }
+
+private:
+  struct Output {
+    bool informative = false; // some trial's reference output could tell right from wrong
+    std::string degenerate_kind;
+    bool not_aliased = false; // some trial's candidate output was not an input
+    std::string aliased_input;
+    bool reference_differs = false;
+  };
+
+  static std::string degenerate_text(const std::string& kind) {
+    if (kind == "zero")
+      return "an output of zeros";
+    if (kind == "constant")
+      return "one value repeated";
+    return "returning " + kind + " unchanged";
+  }
+
+  Output& at(size_t k) {
+    if (outputs_.size() <= k)
+      outputs_.resize(k + 1);
+    return outputs_[k];
+  }
+
+  int64_t trials_ = 0;
+  std::vector<Output> outputs_;
+  json::object precision_;
 };
 
 class Pipeline {
@@ -480,6 +594,7 @@ private:
     report.mode = correctness ? "correctness" : "executable";
     report.device = engine_->describe();
     report.tolerance = {{"atol", request_.tolerance.atol}, {"rtol", request_.tolerance.rtol}};
+    report.seed = job_.seed;
     for (int64_t trial = 0; trial < trials; ++trial) {
       progress("validating", trial, trials);
       try {
@@ -502,6 +617,7 @@ private:
     }
     progress("validating", trials, trials);
     report.ok = true;
+    report.flags = evidence_.flags(ref() != nullptr);
     send_phase(protocol::Phase::validated, json::value_from(report));
     return true;
   }
@@ -514,12 +630,22 @@ private:
     std::optional<Launched> expected;
     if (reference != nullptr)
       expected = launch_checked(*reference, inputs, kUnlimited);
-    Launched actual = launch_checked(custom(), inputs, output_budget(expected));
+    custom_output_budget_ = output_budget(expected);
+    Launched actual = launch_checked(custom(), inputs, custom_output_budget_);
+    const std::vector<const Tensor*> given = input_tensors(inputs);
+    evidence_.begin_trial();
+    for (size_t k = 0; k < actual.copies.size(); ++k)
+      evidence_.aliasing(k, aliased_input(*actual.copies[k], given),
+                         expected && k < expected->copies.size()
+                             ? aliased_input(*expected->copies[k], given)
+                             : std::string());
     if (!expected) {
       t["passed"] = true;
       t["outputs"] = actual.outputs.size();
       return t;
     }
+    for (size_t k = 0; k < expected->copies.size(); ++k)
+      evidence_.degenerate(k, degenerate_kind(*expected->copies[k], given));
     json::array comparisons;
     bool passed = true;
     std::string problem;
@@ -536,6 +662,8 @@ private:
       c["summary"] = tensor::summary(cmp);
       if (!cmp.match && problem.empty())
         problem = "output " + std::to_string(i) + ": " + tensor::summary(cmp);
+      if (cmp.match)
+        check_precision(trial, i, *expected->outputs[i], *actual.outputs[i], cmp);
       passed = passed && cmp.match;
       comparisons.push_back(std::move(c));
     }
@@ -544,6 +672,76 @@ private:
       t["problem"] = problem;
     t["comparisons"] = std::move(comparisons);
     return t;
+  }
+
+  // The trial's input tensors (what a degenerate or aliased output is compared with).
+  std::vector<const Tensor*> input_tensors(const InputSet& inputs) const {
+    std::vector<const Tensor*> out;
+    for (const auto& t : inputs.defaults())
+      out.push_back(t.get());
+    for (const auto* contract : contracts())
+      if (contract != nullptr)
+        for (size_t k = 0; k < contract->args.size(); ++k)
+          if (const Tensor* t = inputs.contract_input(contract, k))
+            out.push_back(t);
+    return out;
+  }
+
+  // "input 2" when `output` holds exactly the bytes of one of `inputs` (same dtype and shape).
+  std::string aliased_input(const Tensor& output, const std::vector<const Tensor*>& inputs) {
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (inputs[k]->dtype() == output.dtype() && inputs[k]->shape() == output.shape() &&
+          engine_->same_bytes(inputs[k]->dl(), output.dl()))
+        return "input " + std::to_string(k);
+    return {};
+  }
+
+  // How a reference output fails to tell a right kernel from a wrong one on this trial: "zero"
+  // (all zeros pass the check), "constant" (one value repeated passes), "input k" (returning
+  // that input unchanged passes); empty when it can tell.
+  std::string degenerate_kind(const Tensor& expected, const std::vector<const Tensor*>& inputs) {
+    if (!tensor::is_floating(expected.dtype()) && expected.dtype() != request::DType::i32 &&
+        expected.dtype() != request::DType::i64)
+      return {}; // small integer and bool outputs are constant or sparse by nature
+    std::unique_ptr<Tensor> probe = engine_->allocate(expected.dtype(), expected.shape());
+    request::TensorInit init;
+    init.kind = request::InitKind::zeros;
+    engine_->fill(*probe, init, 0);
+    const tensor::Comparison zero =
+        engine_->compare(expected.dl(), probe->dl(), request_.tolerance);
+    if (!zero.compared || zero.numel == 0)
+      return {};
+    if (zero.match)
+      return "zero";
+    // The element of largest magnitude, repeated: does that pass everywhere?
+    if (zero.max_abs_diff_at && std::isfinite(zero.max_abs_diff_at->expected)) {
+      init.kind = request::InitKind::full;
+      init.fill_value = zero.max_abs_diff_at->expected;
+      engine_->fill(*probe, init, 0);
+      if (engine_->compare(expected.dl(), probe->dl(), request_.tolerance).match)
+        return "constant";
+    }
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (inputs[k]->dtype() == expected.dtype() && inputs[k]->shape() == expected.shape() &&
+          engine_->compare(expected.dl(), inputs[k]->dl(), request_.tolerance).match)
+        return "input " + std::to_string(k);
+    return {};
+  }
+
+  // An output that passes the request's tolerance is checked again at its dtype's strict
+  // default (KernelBench's: 1e-4 for fp32 and fp64, 1e-2 for fp16 and bf16): a kernel that
+  // computes in a narrower type passes a loose tolerance and is flagged here.
+  void check_precision(uint64_t trial, size_t output, const keval_dl_tensor& expected,
+                       const keval_dl_tensor& actual, const tensor::Comparison& loose) {
+    if (!loose.dtype || !tensor::is_floating(*loose.dtype))
+      return;
+    const bool half = *loose.dtype == request::DType::f16 || *loose.dtype == request::DType::bf16;
+    const request::Tolerance strict{half ? 1e-2 : 1e-4, half ? 1e-2 : 1e-4};
+    if (request_.tolerance.atol <= strict.atol && request_.tolerance.rtol <= strict.rtol)
+      return;
+    const tensor::Comparison tight = engine_->compare(expected, actual, strict);
+    if (!tight.match)
+      evidence_.imprecise(trial, output, loose, tight);
   }
 
   // Launches one side on clones of the trial's inputs in its runner, waits, takes private copies
@@ -724,7 +922,7 @@ private:
                                                      "' cannot produce default inputs")};
     json::object ask;
     ask["type"] = runner_msg::kDefaultInputs;
-    ask["seed"] = tensor::trial_seed(job_.seed, trial);
+    ask["seed"] = tensor::input_seed(job_.seed, "default-inputs", trial);
     json::object reply = call(provider, std::move(ask), "producing default inputs");
     if (!RunnerClient::ok(reply)) {
       const RunnerError e = error_of(provider, reply);
@@ -739,7 +937,9 @@ private:
     if (&provider != &custom() && custom().has(KEVAL_CAP_DEFAULT_INPUTS) && !custom_layout_known_) {
       json::object once;
       once["type"] = runner_msg::kDefaultInputs;
-      once["seed"] = tensor::trial_seed(job_.seed, trial);
+      // Any seed: these inputs are dropped. Not one derived from the job's, which the
+      // candidate must never learn (tensor::input_seed).
+      once["seed"] = 0;
       json::object custom_reply = call(custom(), std::move(once), "producing default inputs");
       if (!RunnerClient::ok(custom_reply)) {
         const RunnerError e = error_of(custom(), custom_reply);
@@ -760,26 +960,43 @@ private:
   // ---------------------------------------------------------------------------------------
   // Profiling
 
+  // Timed runs draw their inputs from trials of their own, apart from the correctness trials
+  // (0 .. num_correctness_trials - 1) and from each other.
+  static constexpr uint64_t kWarmupTrials = 1ull << 40;
+  static constexpr uint64_t kSampleTrials = 1ull << 41;
+
+  struct Timed {
+    Side* side = nullptr;
+    RemoteBinding binding;
+    std::string method;
+    std::vector<double> samples;
+    int64_t warmup = 0;
+  };
+
+  // One timed run: its time, and private copies of its outputs (taken after the timed region).
+  struct SampleRun {
+    double ms = 0;
+    Launched launched;
+  };
+
+  // Every timed sample runs on inputs neither side has seen (a fresh trial, generated by the
+  // trusted worker and written into the bound buffers outside the timed region, so a captured
+  // graph reads them too), both sides on the same ones, and the candidate's outputs of every
+  // sample are checked against the reference's for that sample. A kernel that caches results
+  // (by call count, pointer, content or a device-side counter) or replays a token graph fails
+  // the sample it cheats in, named in the error.
   void profile() {
     const int64_t samples = request_.num_trials;
-    InputSet inputs;
-    try {
-      inputs = make_inputs(0);
-    } catch (const KernelFailure& failure) {
-      send_profile_failure(failure);
-      return;
-    }
-    struct Timed {
-      Side* side;
-      RemoteBinding binding;
-      std::string method;
-      std::vector<double> samples;
-      int64_t warmup = 0;
-    };
     std::vector<Timed> timed;
+    // The pristine inputs the bindings hold now, and those of the sample before (evaluate mode
+    // compares outputs across samples).
+    std::unique_ptr<InputSet> current, previous;
+    std::vector<std::unique_ptr<Tensor>> previous_outputs;
+    int64_t unchanged_outputs = 0, changed_inputs = 0;
     try {
+      current = std::make_unique<InputSet>(make_inputs(kWarmupTrials));
       for (auto& side : sides_) {
-        Timed t{side.get(), bind_remote(*side, inputs), {}, {}, 0};
+        Timed t{side.get(), bind_remote(*side, *current), {}, {}, 0};
         json::object timer;
         timer["type"] = runner_msg::kTimer;
         timer["binding"] = t.binding.id;
@@ -788,15 +1005,47 @@ private:
         t.method = detail::string_field(reply, "method");
         timed.push_back(std::move(t));
       }
+      uint64_t warmup_trial = kWarmupTrials + 1;
       for (auto& t : timed)
-        t.warmup = warm_up(t.binding);
+        t.warmup = warm_up(t, warmup_trial);
+      Timed* ref_timed = nullptr;
+      Timed* custom_timed = nullptr;
+      for (auto& t : timed)
+        (t.side->name == "ref" ? ref_timed : custom_timed) = &t;
       for (int64_t i = 0; i < samples; ++i) {
         if (i % std::max<int64_t>(1, samples / 10) == 0)
           progress("profiling", i, samples);
+        auto fresh = std::make_unique<InputSet>(make_inputs(kSampleTrials + uint64_t(i)));
+        for (auto& t : timed)
+          refresh(t, *fresh);
+        previous = std::move(current);
+        current = std::move(fresh);
         // Alternate which side goes first so neither always runs right after the other.
+        std::optional<SampleRun> ref_run, custom_run;
         for (size_t k = 0; k < timed.size(); ++k) {
           auto& t = timed[(static_cast<size_t>(i) + k) % timed.size()];
-          t.samples.push_back(sample(t.binding));
+          const uint64_t budget = &t == ref_timed ? kUnlimited : custom_output_budget_;
+          SampleRun run = sample(t.binding, budget);
+          t.samples.push_back(run.ms);
+          (&t == ref_timed ? ref_run : custom_run) = std::move(run);
+        }
+        if (ref_run)
+          check_sample(i, samples, *ref_run, *custom_run);
+        if (auto modified = custom_timed->binding.binder->first_modified_input(*engine_))
+          throw KernelFailure{"custom",
+                              error_json("input_modified",
+                                         "custom kernel modified its input argument '" + *modified +
+                                             "' in timed sample " + std::to_string(i + 1) + " of " +
+                                             std::to_string(samples))};
+        if (!ref_run) {
+          // Evaluate: no reference to check against, but outputs that stay bit-identical while
+          // the inputs change say the kernel did not compute them from these inputs.
+          if (!previous_outputs.empty() && previous && inputs_differ(*previous, *current)) {
+            ++changed_inputs;
+            if (same_outputs(previous_outputs, custom_run->launched))
+              ++unchanged_outputs;
+          }
+          previous_outputs = std::move(custom_run->launched.copies);
         }
       }
     } catch (const KernelFailure& failure) {
@@ -821,14 +1070,96 @@ private:
     }
     if (report.ref && report.custom && report.custom->median > 0)
       report.speedup = report.ref->median / report.custom->median;
+    report.checks["fresh_inputs"] = true;
+    report.checks["checked_samples"] = ref() != nullptr ? samples : 0;
+    if (ref() == nullptr) {
+      // Consecutive samples whose inputs differed, and of those, how many kept the outputs.
+      report.checks["sample_pairs_with_changed_inputs"] = changed_inputs;
+      report.checks["sample_pairs_with_unchanged_outputs"] = unchanged_outputs;
+      if (changed_inputs > 0 && unchanged_outputs == changed_inputs)
+        report.flags.push_back(
+            flag("constant_output",
+                 "the kernel's outputs were bit-identical from one timed sample to the next "
+                 "although its "
+                 "inputs changed every time: they were not computed from its inputs",
+                 json::object{{"samples", changed_inputs}}));
+    }
+    if (report.speedup && *report.speedup > request_.excessive_speedup_threshold)
+      report.flags.push_back(
+          flag("excessive_speedup",
+               "speedup " + format_ratio(*report.speedup) + " is above the threshold of " +
+                   format_ratio(request_.excessive_speedup_threshold) +
+                   ": worth a look before it is believed",
+               json::object{{"speedup", *report.speedup},
+                            {"threshold", request_.excessive_speedup_threshold}}));
     send_phase(protocol::Phase::profiled, json::value_from(report));
   }
 
-  // One timed run, taken in the side's runner. Outputs are poisoned before it (so no run can
-  // reuse an earlier result), outside the timed region. The time comes from a process that runs
-  // user code, so it is bounded here: finite, not negative, and no longer than the wall time the
-  // trusted worker itself measured around the request.
-  double sample(RemoteBinding& binding) {
+  // Writes a new trial's inputs into a side's bound buffers (and poisons its outputs). Inputs
+  // whose shape or dtype changed between trials are the provider's fault.
+  void refresh(Timed& t, const InputSet& inputs) {
+    try {
+      t.binding.binder->refresh(*engine_, inputs);
+    } catch (const std::invalid_argument& e) {
+      Side& provider = ref() != nullptr ? *ref() : custom();
+      throw KernelFailure{provider.name, error_json("inconsistent_inputs", e.what())};
+    }
+  }
+
+  // The candidate's outputs of timed sample `i` against the reference's for the same inputs.
+  void check_sample(int64_t i, int64_t samples, const SampleRun& expected,
+                    const SampleRun& actual) {
+    const auto fail = [&](const std::string& problem) {
+      throw KernelFailure{"custom",
+                          error_json("mismatch", "timed sample " + std::to_string(i + 1) + " of " +
+                                                     std::to_string(samples) + ": " + problem)};
+    };
+    const auto& want = expected.launched.outputs;
+    const auto& got = actual.launched.outputs;
+    if (want.size() != got.size())
+      fail("reference produced " + std::to_string(want.size()) + " outputs, custom kernel " +
+           std::to_string(got.size()));
+    for (size_t k = 0; k < want.size(); ++k) {
+      const tensor::Comparison cmp = engine_->compare(*want[k], *got[k], request_.tolerance);
+      if (!cmp.match)
+        fail("output " + std::to_string(k) + ": " + tensor::summary(cmp));
+    }
+  }
+
+  // Whether any generated input differs between two trials (inputs given as data never do).
+  bool inputs_differ(const InputSet& a, const InputSet& b) {
+    const auto differ = [this](const Tensor* x, const Tensor* y) {
+      return x != nullptr && y != nullptr && !engine_->same_bytes(x->dl(), y->dl());
+    };
+    for (size_t k = 0; k < a.defaults().size() && k < b.defaults().size(); ++k)
+      if (differ(a.defaults()[k].get(), b.defaults()[k].get()))
+        return true;
+    for (const auto* contract : contracts())
+      if (contract != nullptr)
+        for (size_t k = 0; k < contract->args.size(); ++k)
+          if (differ(a.contract_input(contract, k), b.contract_input(contract, k)))
+            return true;
+    return false;
+  }
+
+  bool same_outputs(const std::vector<std::unique_ptr<Tensor>>& before, const Launched& now) {
+    if (before.empty() || before.size() != now.copies.size())
+      return false;
+    for (size_t k = 0; k < before.size(); ++k) {
+      const Tensor& x = *before[k];
+      const Tensor& y = *now.copies[k];
+      if (x.dtype() != y.dtype() || x.shape() != y.shape() || !engine_->same_bytes(x.dl(), y.dl()))
+        return false;
+    }
+    return true;
+  }
+
+  // One timed run, taken in the side's runner, and its outputs. Outputs are poisoned before it
+  // (so no run can reuse an earlier result), outside the timed region. The time comes from a
+  // process that runs user code, so it is bounded here: finite, not negative, and no longer than
+  // the wall time the trusted worker itself measured around the request. `budget` bounds the
+  // bytes of the outputs it may return (kUnchecked: they are not wanted).
+  SampleRun sample(RemoteBinding& binding, uint64_t budget) {
     Side& side = *binding.side;
     binding.binder->poison_outputs(*engine_);
     engine_->synchronize();
@@ -839,25 +1170,41 @@ private:
     json::object reply = call(side, std::move(ask), "being timed");
     const double wall_ms = ms_since(start);
     expect_ok(side, reply, "being timed");
-    const double ms = detail::number_field(reply, "ms");
-    if (!std::isfinite(ms) || ms < 0 || ms > wall_ms)
-      throw KernelFailure{side.name,
-                          error_json("implausible_timing",
-                                     side.name + " kernel's process reported a sample of " +
-                                         std::to_string(ms) + " ms around which keval measured " +
-                                         std::to_string(wall_ms) + " ms")};
-    return ms;
+    SampleRun run;
+    run.ms = detail::number_field(reply, "ms");
+    if (!std::isfinite(run.ms) || run.ms < 0 || run.ms > wall_ms)
+      throw KernelFailure{
+          side.name, error_json("implausible_timing",
+                                side.name + " kernel's process reported a sample of " +
+                                    std::to_string(run.ms) + " ms around which keval measured " +
+                                    std::to_string(wall_ms) + " ms")};
+    if (budget == kUnchecked)
+      return run;
+    if (side.returns_outputs()) {
+      if (reply.contains("outputs"))
+        run.launched.copies =
+            copy_from_runner(side, reply, "outputs", "returning its timed outputs", budget);
+    } else {
+      for (const keval_dl_tensor* view : binding.binder->output_views())
+        run.launched.copies.push_back(engine_->clone(*view));
+    }
+    for (const auto& copy : run.launched.copies)
+      run.launched.outputs.push_back(&copy->dl());
+    return run;
   }
 
-  // Runs the kernel until consecutive timings settle (relative change of the running median of
-  // the last 5 samples under 5 %), at least 3 and at most 100 runs or 2 s.
-  int64_t warm_up(RemoteBinding& binding) {
+  // Runs the kernel, on a fresh trial's inputs each time, until consecutive timings settle
+  // (relative change of the running median of the last 5 samples under 5 %), at least 3 and at
+  // most 100 runs or 2 s. Outputs are not checked here: nothing of the warm-up is reported.
+  int64_t warm_up(Timed& t, uint64_t& trial) {
     std::vector<double> recent;
     const auto start = Clock::now();
     double previous_median = -1;
     int64_t runs = 0;
     while (runs < 100 && ms_since(start) < 2000) {
-      recent.push_back(sample(binding));
+      const InputSet inputs = make_inputs(trial++);
+      refresh(t, inputs);
+      recent.push_back(sample(t.binding, kUnchecked).ms);
       ++runs;
       if (recent.size() >= 5) {
         std::vector<double> last(recent.end() - 5, recent.end());
@@ -917,7 +1264,10 @@ private:
   std::future<CudaAvailability> cuda_probe_;
   EngineOpener opener_;
 #endif
+  TrialEvidence evidence_;
   bool custom_layout_known_ = false;
+  // What the candidate's outputs may take (output_budget), from the reference's in validation.
+  uint64_t custom_output_budget_ = kWithoutReference;
   int cuda_arch_ = job_.cuda_arch; // 0 until known
   bool cuda_usable_ = false;
   std::string cuda_reason_;

@@ -49,6 +49,10 @@ struct Binding {
   std::vector<std::string> names, strings;
   std::vector<keval_arg> args;
   std::unique_ptr<Timer> timer;
+  // What the last timed run returned (plugins that return outputs): for graph replay, the run at
+  // capture, whose buffers every replay writes again. Held, so that they stay the graph's (not
+  // memory an allocator hands out again) and each sample's outputs can be sent for checking.
+  std::vector<ManagedTensor> timed_outputs;
 };
 
 class Runner {
@@ -188,7 +192,7 @@ private:
     if (type == runner_msg::kTimer)
       return make_timer(binding);
     if (type == runner_msg::kSample)
-      return sample(binding);
+      return sample(binding, fds);
     throw WireError("unknown command '" + type + "'");
   }
 
@@ -427,21 +431,35 @@ private:
   }
 
   json::object make_timer(Binding& binding) {
-    // Returned outputs are released right after each launch; for graph replay the launch runs
-    // once, at capture.
-    binding.timer = engine_->make_timer([this, &binding] { launch_once(binding); });
+    // For graph replay the launch runs once, at capture; for events, once per sample.
+    binding.timer = engine_->make_timer([this, &binding] {
+      std::vector<ManagedTensor> outputs = launch_once(binding);
+      binding.timed_outputs = std::move(outputs);
+    });
     json::object reply;
     reply["method"] = binding.timer->method();
     return reply;
   }
 
-  json::object sample(Binding& binding) {
+  // One timed run; the outputs it returned (plugins that return them) go back for checking,
+  // copied into shared buffers after the timed region, as `launch` does.
+  json::object sample(Binding& binding, std::vector<int>& fds) {
     if (!binding.timer)
       throw WireError("'sample' before 'timer'");
     const double ms = binding.timer->sample();
     engine_->synchronize();
     json::object reply;
     reply["ms"] = ms;
+    if (plugin_->has(KEVAL_CAP_RETURNS_OUTPUTS)) {
+      json::array outputs;
+      for (auto& t : binding.timed_outputs) {
+        returned_.push_back(engine_->clone(t->dl_tensor, Sharing::shared));
+        outputs.push_back(detail::describe_shared(*returned_.back(), fds));
+      }
+      if (fds.size() > protocol::kMaxFdsPerFrame)
+        throw CommandError{"runtime_error", "kernel returned too many tensors", {}};
+      reply["outputs"] = std::move(outputs);
+    }
     return reply;
   }
 

@@ -19,7 +19,7 @@
 //   trusted: launch          {binding}                  -> {outputs[...]} + fds (returned ones)
 //   trusted: default_inputs  {seed}                     -> {tensors[...]} + fds
 //   trusted: timer           {binding}                  -> {method}
-//   trusted: sample          {binding}                  -> {ms}
+//   trusted: sample          {binding}                  -> {ms, outputs[...]} + fds (returned ones)
 //   trusted: unbind          {binding}                  -> {}
 //
 // A failed command answers {ok: false, error{type, message, details}}; type "device_error" means

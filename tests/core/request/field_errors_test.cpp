@@ -66,6 +66,14 @@ const FieldErrorCase kTopLevel[] = {
     {"JobIdSlash", "/job_id", R"("a/b")", "job_id", "contains '/'"},
     {"JobIdDotDot", "/job_id", R"("..")", "job_id", "must not be '.' or '..'"},
     {"JobIdNumber", "/job_id", "5", "job_id", "must be a string, got integer"},
+    {"SeedNegative", "/seed", "-1", "seed", "must be >= 0"},
+    {"SeedString", "/seed", R"("42")", "seed", "got string"},
+    {"StrictNumber", "/strict", "1", "strict", "must be true, false or a list of flag names"},
+    {"StrictUnknownFlag", "/strict", R"(["precision", "fast"])", "strict[1]",
+     "'fast' is not a flag; flags are excessive_speedup, library_only"},
+    {"StrictEmptyName", "/strict", R"([""])", "strict[0]", "must not be empty"},
+    {"ThresholdAtOne", "/excessive_speedup_threshold", "1", "excessive_speedup_threshold",
+     "must be > 1, got 1"},
 };
 INSTANTIATE_TEST_SUITE_P(TopLevel, FieldErrorTest, ::testing::ValuesIn(kTopLevel),
                          [](const auto& info) { return info.param.name; });

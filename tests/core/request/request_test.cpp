@@ -204,6 +204,24 @@ TEST(TopLevel, IntegralDoublesAndFractionalTimeoutAreAccepted) {
   EXPECT_EQ(request.timeout_s, 0.5);
 }
 
+TEST(TopLevel, SeedStrictAndThresholdAreRead) {
+  json::value doc = with(with(with(minimal_request(), "/seed", "18446744073709551615"), "/strict",
+                              R"(["precision", "static", "precision"])"),
+                         "/excessive_speedup_threshold", "25");
+  EvalRequest request = parse_request(doc, Mode::evaluate);
+  EXPECT_EQ(request.seed, UINT64_MAX);
+  EXPECT_EQ(request.strict_flags, (std::vector<std::string>{"precision", "static"}));
+  EXPECT_EQ(request.excessive_speedup_threshold, 25.0);
+
+  EvalRequest all = parse_request(with(minimal_request(), "/strict", "true"), Mode::evaluate);
+  EXPECT_EQ(all.strict_flags.size(), std::size(kFlagNames));
+  EvalRequest none = parse_request(with(minimal_request(), "/strict", "false"), Mode::evaluate);
+  EXPECT_TRUE(none.strict_flags.empty());
+  EvalRequest unset = parse_request(minimal_request(), Mode::evaluate);
+  EXPECT_FALSE(unset.seed.has_value()) << "no seed: the job draws a secret one";
+  EXPECT_EQ(unset.excessive_speedup_threshold, 10.0);
+}
+
 TEST(TopLevel, LimitsAreInclusive) {
   json::value doc = with(with(minimal_request(), "/num_trials", "100000"), "/timeout", "86400");
   EvalRequest request = parse_request(doc, Mode::evaluate);

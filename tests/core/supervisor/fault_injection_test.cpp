@@ -69,7 +69,12 @@ TEST(FaultInjection, WrongResultFailsWithMismatchCount) {
   EXPECT_TRUE(compiled(r));
   EXPECT_FALSE(correct(r));
   const std::string error = str(r.body.at("validation_error"));
-  EXPECT_NE(error.find("64 of 64"), std::string::npos) << error;
+  // Tripled values differ beyond the tolerance except where |x| < ~0.005: inputs come from the
+  // job's secret seed, so the count is nearly, not exactly, all 64.
+  const auto at = error.find(" of 64 elements differ");
+  ASSERT_NE(at, std::string::npos) << error;
+  const auto count_at = error.rfind(' ', at - 1) + 1;
+  EXPECT_GE(std::stoi(error.substr(count_at, at - count_at)), 56) << error;
   EXPECT_TRUE(exec_result(r).at("runtime_stats").as_object().empty()) << "no profiling when wrong";
 }
 

@@ -323,6 +323,22 @@ TEST(Seeds, TrialsAndArgumentsGetDistinctSeeds) {
 TEST(Seeds, ConsecutiveSpecSeedsGiveUnrelatedTrialSeeds) {
   // A weak mixer (seed + trial) would make trial 1 of seed 42 equal trial 0 of seed 43.
   EXPECT_NE(trial_seed(42, 1), 43u);
+}
+
+// Input seeds: deterministic in (job seed, stream, trial), distinct across each of them, and not
+// the SplitMix chain of trial_seed (which is invertible: a kernel recovering one trial's seed
+// would know the next).
+TEST(Seeds, InputSeedsAreDistinctPerJobStreamAndTrial) {
+  EXPECT_EQ(input_seed(7, "arg:x", 3), input_seed(7, "arg:x", 3));
+  std::set<uint64_t> seeds;
+  for (uint64_t job : {uint64_t{1}, uint64_t{2}})
+    for (const char* stream : {"arg:x", "arg:y", "seed:42", "default-inputs"})
+      for (uint64_t trial : {uint64_t{0}, uint64_t{1}, uint64_t{1} << 41})
+        seeds.insert(input_seed(job, stream, trial));
+  EXPECT_EQ(seeds.size(), 2u * 4u * 3u);
+  EXPECT_NE(input_seed(42, "seed:42", 1), trial_seed(input_seed(42, "seed:42", 0), 1));
+  // A stream name that is a prefix of another is another stream.
+  EXPECT_NE(input_seed(1, "arg:x", 0), input_seed(1, "arg:xx", 0));
   const uint64_t a = trial_seed(42, 1), b = trial_seed(43, 1);
   EXPECT_GT(__builtin_popcountll(a ^ b), 16);
 }

@@ -1,0 +1,209 @@
+// Timing and checks a kernel cannot game (issue 13), on the CPU: every timed sample runs on fresh
+// inputs from the job's secret seed and its outputs are checked, so a candidate that stops
+// computing once it believes it is being timed fails the sample it cheats in; what a verdict
+// cannot settle is flagged ({name, reason, details} in kernel_exec_result.metadata.flags) and
+// made a failure by `strict`. Honest controls pass with no flag.
+#include "adversarial_support.hpp"
+
+#include <set>
+
+namespace keval::test::adversarial {
+namespace {
+
+using GamedTiming = TorchAttack;
+
+// keval evaluate|compare REQUEST --state-dir DIR: the CLI as run_cli, in either mode.
+CliRun run_mode(const std::string& mode, const json::object& request, const fs::path& state_dir) {
+  fs::create_directories(state_dir);
+  const auto path = write_request(state_dir.parent_path(),
+                                  state_dir.filename().string() + "-request.json", request);
+  auto r = run_keval({mode, path.string(), "--state-dir", state_dir.string()});
+  CliRun run;
+  run.exit_code = r.exit_code ? *r.exit_code : -1;
+  run.out = r.out;
+  run.err = r.err;
+  auto parsed = parse_lenient(r.out);
+  if (parsed.is_object()) {
+    run.body = parsed.as_object();
+    run.stdout_is_result = true;
+  }
+  return run;
+}
+
+json::object torch_compare(const std::string& reference, const std::string& candidate,
+                           json::object extra = {}) {
+  json::object request = compare_request(kernel("torch", source(reference)),
+                                         kernel("torch", candidate), unique_id("gamed"), 10);
+  for (auto& [key, value] : extra)
+    request[key] = value;
+  return request;
+}
+
+json::object torch_evaluate(const std::string& candidate_file) {
+  return json::object{{"kernel", kernel("torch", source(candidate_file))},
+                      {"num_trials", 10},
+                      {"job_id", unique_id("gamed-eval")}};
+}
+
+const json::array& flags_of(const json::object& body) {
+  static const json::array none;
+  const auto* metadata = exec_result(body).if_contains("metadata");
+  const auto* flags = metadata != nullptr && metadata->is_object()
+                          ? metadata->as_object().if_contains("flags")
+                          : nullptr;
+  return flags != nullptr && flags->is_array() ? flags->as_array() : none;
+}
+
+const json::object* flag_named(const json::object& body, const std::string& name) {
+  for (const auto& f : flags_of(body))
+    if (f.is_object() && f.as_object().if_contains("name") &&
+        text(f.as_object().at("name")) == name)
+      return &f.as_object();
+  return nullptr;
+}
+
+std::string validation_error(const json::object& body) {
+  const auto* e = body.if_contains("validation_error");
+  return e != nullptr && e->is_string() ? std::string(e->as_string()) : std::string();
+}
+
+TEST_F(GamedTiming, ACandidateThatStopsComputingAfterTheCorrectnessTrialsFailsATimedSample) {
+  TempDir tmp;
+  const auto run = run_mode(
+      "compare", torch_compare("reference_relu.py", source("call_counting.py", {{"CALLS", "5"}})),
+      tmp.path() / "state");
+  EXPECT_EQ(run.exit_code, 1) << describe(run);
+  EXPECT_FALSE(correctness(run.body)) << describe(run);
+  EXPECT_NE(validation_error(run.body).find("timed sample 1 of 10"), std::string::npos)
+      << describe(run);
+  EXPECT_FALSE(speedup(run.body).has_value()) << describe(run);
+}
+
+TEST_F(GamedTiming, ACacheKeyedOnAFewInputValuesReturnsAStaleOutputAndFails) {
+  TempDir tmp;
+  const auto run =
+      run_mode("compare", torch_compare("reference_relu.py", source("fingerprint_cache.py")),
+               tmp.path() / "state");
+  EXPECT_EQ(run.exit_code, 1) << describe(run);
+  EXPECT_FALSE(correctness(run.body)) << describe(run);
+  EXPECT_FALSE(speedup(run.body).has_value()) << describe(run);
+}
+
+TEST_F(GamedTiming, IdentityOnADegenerateProblemPassesAndIsFlagged) {
+  TempDir tmp;
+  const auto run =
+      run_mode("compare", torch_compare("reference_relu_nonnegative.py", source("identity.py")),
+               tmp.path() / "state");
+  EXPECT_TRUE(correctness(run.body)) << describe(run);
+  const json::object* flag = flag_named(run.body, "degenerate_check");
+  ASSERT_NE(flag, nullptr) << describe(run);
+  EXPECT_EQ(text(flag->at("details").as_object().at("kind")), "input 0") << shown(*flag);
+  EXPECT_FALSE(flag->at("strict").as_bool());
+}
+
+TEST_F(GamedTiming, StrictTurnsAFlagIntoAFailureThatSaysWhy) {
+  TempDir tmp;
+  const auto run = run_mode("compare",
+                            torch_compare("reference_relu_nonnegative.py", source("identity.py"),
+                                          {{"strict", json::array{"degenerate_check"}}}),
+                            tmp.path() / "state");
+  EXPECT_EQ(run.exit_code, 1) << describe(run);
+  EXPECT_FALSE(correctness(run.body)) << describe(run);
+  EXPECT_NE(validation_error(run.body).find("degenerate_check"), std::string::npos)
+      << describe(run);
+  const json::object* flag = flag_named(run.body, "degenerate_check");
+  ASSERT_NE(flag, nullptr) << describe(run);
+  EXPECT_TRUE(flag->at("strict").as_bool());
+}
+
+TEST_F(GamedTiming, HalfPrecisionWorkPassesTheToleranceAndIsFlaggedWithBothErrors) {
+  TempDir tmp;
+  const auto run =
+      run_mode("compare", torch_compare("reference_matmul.py", source("half_precision_matmul.py")),
+               tmp.path() / "state");
+  EXPECT_TRUE(correctness(run.body)) << describe(run);
+  const json::object* flag = flag_named(run.body, "precision");
+  ASSERT_NE(flag, nullptr) << describe(run);
+  const auto& details = flag->at("details").as_object();
+  EXPECT_EQ(text(details.at("dtype")), "float32");
+  EXPECT_GT(details.at("max_abs_diff").to_number<double>(), 1e-4) << shown(*flag);
+  EXPECT_GT(details.at("mismatches_at_strict").to_number<int64_t>(), 0) << shown(*flag);
+}
+
+TEST_F(GamedTiming, TheSeedIsSecretPerJobAndReproducesARun) {
+  TempDir tmp;
+  const auto first =
+      run_mode("compare", torch_compare("reference_matmul.py", source("half_precision_matmul.py")),
+               tmp.path() / "a");
+  const auto second =
+      run_mode("compare", torch_compare("reference_matmul.py", source("half_precision_matmul.py")),
+               tmp.path() / "b");
+  const auto seed_of = [](const json::object& body) {
+    return exec_result(body).at("metadata").as_object().at("seed").to_number<uint64_t>();
+  };
+  const uint64_t seed = seed_of(first.body);
+  EXPECT_NE(seed, seed_of(second.body)) << "two jobs drew the same secret";
+  const auto again = run_mode(
+      "compare",
+      torch_compare("reference_matmul.py", source("half_precision_matmul.py"), {{"seed", seed}}),
+      tmp.path() / "c");
+  EXPECT_EQ(seed_of(again.body), seed);
+  const json::object* before = flag_named(first.body, "precision");
+  const json::object* after = flag_named(again.body, "precision");
+  ASSERT_TRUE(before != nullptr && after != nullptr) << describe(first) << describe(again);
+  EXPECT_EQ(before->at("details").as_object().at("max_abs_diff"),
+            after->at("details").as_object().at("max_abs_diff"))
+      << "the same seed drew other inputs";
+}
+
+TEST_F(GamedTiming, AnExcessiveSpeedupIsFlaggedAndStrictFailsIt) {
+  TempDir tmp;
+  const auto flagged =
+      run_mode("compare", torch_compare("reference_relu_slow.py", source("honest_model_new.py")),
+               tmp.path() / "a");
+  EXPECT_TRUE(correctness(flagged.body)) << describe(flagged);
+  ASSERT_NE(flag_named(flagged.body, "excessive_speedup"), nullptr) << describe(flagged);
+  const auto strict = run_mode(
+      "compare",
+      torch_compare("reference_relu_slow.py", source("honest_model_new.py"), {{"strict", true}}),
+      tmp.path() / "b");
+  EXPECT_FALSE(correctness(strict.body)) << describe(strict);
+  EXPECT_NE(validation_error(strict.body).find("excessive_speedup"), std::string::npos)
+      << describe(strict);
+}
+
+TEST_F(GamedTiming, EvaluateFlagsACandidateReturningItsInput) {
+  TempDir tmp;
+  const auto run =
+      run_mode("evaluate", torch_evaluate("evaluate_returns_input.py"), tmp.path() / "state");
+  ASSERT_NE(flag_named(run.body, "output_aliases_input"), nullptr) << describe(run);
+}
+
+TEST_F(GamedTiming, EvaluateFlagsOutputsThatDoNotChangeWhenTheInputsDo) {
+  TempDir tmp;
+  const auto run =
+      run_mode("evaluate", torch_evaluate("evaluate_constant_output.py"), tmp.path() / "state");
+  const json::object* flag = flag_named(run.body, "constant_output");
+  ASSERT_NE(flag, nullptr) << describe(run);
+  EXPECT_EQ(flag->at("details").as_object().at("samples").to_number<int64_t>(), 9); // pairs of 10
+}
+
+// The honest controls: no flag, correct, on every path the cases above take.
+TEST_F(GamedTiming, HonestCandidatesRaiseNoFlag) {
+  TempDir tmp;
+  const std::vector<std::pair<std::string, json::object>> honest = {
+      {"compare", torch_compare("reference_relu.py", source("honest_model_new.py"))},
+      {"compare", torch_compare("reference_matmul.py", source("honest_matmul.py"))},
+      {"evaluate", torch_evaluate("evaluate_honest_relu.py")},
+  };
+  int n = 0;
+  for (const auto& [mode, request] : honest) {
+    const auto run = run_mode(mode, request, tmp.path() / ("run" + std::to_string(n++)));
+    EXPECT_EQ(run.exit_code, 0) << describe(run);
+    EXPECT_TRUE(correctness(run.body) || mode == "evaluate") << describe(run);
+    EXPECT_TRUE(flags_of(run.body).empty()) << describe(run);
+  }
+}
+
+} // namespace
+} // namespace keval::test::adversarial
