@@ -265,6 +265,8 @@ void tag_invoke(json::value_from_tag, json::value& v, const ProfileReport& r) {
     o["flags"] = r.flags;
   if (!r.checks.empty())
     o["checks"] = r.checks;
+  if (!r.sampling.empty())
+    o["sampling"] = r.sampling;
   v = std::move(o);
 }
 
@@ -281,6 +283,7 @@ ProfileReport tag_invoke(json::value_to_tag<ProfileReport>, const json::value& v
   r.failed_side = optional_string(o, "failed_side");
   r.flags = array_or_empty(o, "flags");
   r.checks = object_or_empty(o, "checks");
+  r.sampling = object_or_empty(o, "sampling");
   return r;
 }
 

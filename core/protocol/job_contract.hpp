@@ -115,6 +115,8 @@ struct ProfileReport {
   boost::json::array flags;
   // How the timed samples were fed and checked: {"fresh_inputs", "checked_samples", ...}.
   boost::json::object checks;
+  // Why sampling stopped: {"stopped_by": "count" | "noise", "samples", "noise_percent"{side}}.
+  boost::json::object sampling;
 };
 
 // What the host keeps of a job's phases as they arrive.

@@ -129,9 +129,13 @@ struct EvalRequest {
   // keval: flags (kFlagNames) that make the result incorrect; `"strict": true` names them all.
   std::vector<std::string> strict_flags;
   double excessive_speedup_threshold = 10.0; // keval: KernelBench's default
-  bool async = false;                        // daemon only
-  std::optional<std::string> job_id;         // client-chosen id, else generated
-  boost::json::object original;              // the request as sent, kept for the job record
+  // keval: stop sampling once every side's relative standard error of the mean is at most this
+  // many percent (nvbench's --max-noise idea), after min_samples; num_trials stays the cap.
+  std::optional<double> max_noise_percent;
+  int64_t min_samples = 10;
+  bool async = false;                // daemon only
+  std::optional<std::string> job_id; // client-chosen id, else generated
+  boost::json::object original;      // the request as sent, kept for the job record
   // Non-fatal findings, each "path: message" (unknown fields ignored for seed compatibility,
   // parameters that do not apply to the chosen init kind, ...). Reported in the response.
   std::vector<std::string> warnings;

@@ -242,6 +242,14 @@ void parse_settings(EvalRequest& request, ObjectReader& reader, const Limits& li
       throw RequestError("excessive_speedup_threshold",
                          "must be > 1, got " + format_number(request.excessive_speedup_threshold));
   }
+  if (const json::value* noise = reader.optional("max_noise")) {
+    request.max_noise_percent = read_finite_number(*noise, "max_noise");
+    if (*request.max_noise_percent <= 0)
+      throw RequestError("max_noise",
+                         "must be > 0 (percent), got " + format_number(*request.max_noise_percent));
+  }
+  if (const json::value* min = reader.optional("min_samples"))
+    request.min_samples = read_positive_int(*min, "min_samples", limits.max_num_trials);
   if (const json::value* async = reader.optional("async"))
     request.async = read_bool(*async, "async");
   if (const json::value* job_id = reader.optional("job_id"))

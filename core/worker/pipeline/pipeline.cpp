@@ -1,5 +1,6 @@
 #include "worker/pipeline/pipeline.hpp"
 
+#include "checks/static_scan.hpp"
 #include "common/log.hpp"
 #include "protocol/job_contract.hpp"
 #include "request/parse.hpp"
@@ -595,6 +596,7 @@ private:
     report.device = engine_->describe();
     report.tolerance = {{"atol", request_.tolerance.atol}, {"rtol", request_.tolerance.rtol}};
     report.seed = job_.seed;
+    report.flags = static_flags();
     for (int64_t trial = 0; trial < trials; ++trial) {
       progress("validating", trial, trials);
       try {
@@ -617,7 +619,8 @@ private:
     }
     progress("validating", trials, trials);
     report.ok = true;
-    report.flags = evidence_.flags(ref() != nullptr);
+    for (auto& f : evidence_.flags(ref() != nullptr))
+      report.flags.push_back(std::move(f));
     send_phase(protocol::Phase::validated, json::value_from(report));
     return true;
   }
@@ -672,6 +675,38 @@ private:
       t["problem"] = problem;
     t["comparisons"] = std::move(comparisons);
     return t;
+  }
+
+  // The candidate's source scanned for patterns that game timing or checks (checks/
+  // static_scan.hpp): one "static" flag listing them, or none. Source only: nothing runs.
+  json::array static_flags() const {
+    size_t omitted = 0;
+    const auto findings =
+        checks::scan_source(custom_code().source_code, custom_code().kernel_type, &omitted);
+    json::array out;
+    if (findings.empty())
+      return out;
+    json::array listed;
+    std::vector<std::string> patterns;
+    for (const auto& f : findings) {
+      listed.push_back(json::object{
+          {"pattern", f.pattern}, {"line", f.line}, {"excerpt", f.excerpt}, {"reason", f.reason}});
+      if (std::find(patterns.begin(), patterns.end(), f.pattern) == patterns.end())
+        patterns.push_back(f.pattern);
+    }
+    std::string names;
+    for (const auto& p : patterns)
+      names += (names.empty() ? "" : ", ") + p;
+    out.push_back(flag("static",
+                       "the candidate's source holds " + std::to_string(findings.size() + omitted) +
+                           " pattern(s) kernels use to game timing or checks (" + names +
+                           "): warnings for a reviewer, see details",
+                       json::object{{"findings", std::move(listed)}, {"omitted", omitted}}));
+    return out;
+  }
+
+  const request::KernelCode& custom_code() const {
+    return request_.kernel;
   }
 
   // The trial's input tensors (what a degenerate or aliased output is compared with).
@@ -993,6 +1028,7 @@ private:
     std::unique_ptr<InputSet> current, previous;
     std::vector<std::unique_ptr<Tensor>> previous_outputs;
     int64_t unchanged_outputs = 0, changed_inputs = 0;
+    bool stopped_by_noise = false;
     try {
       current = std::make_unique<InputSet>(make_inputs(kWarmupTrials));
       for (auto& side : sides_) {
@@ -1037,6 +1073,10 @@ private:
                                          "custom kernel modified its input argument '" + *modified +
                                              "' in timed sample " + std::to_string(i + 1) + " of " +
                                              std::to_string(samples))};
+        if (settled(timed, i + 1)) {
+          stopped_by_noise = true;
+          break;
+        }
         if (!ref_run) {
           // Evaluate: no reference to check against, but outputs that stay bit-identical while
           // the inputs change say the kernel did not compute them from these inputs.
@@ -1058,6 +1098,16 @@ private:
     progress("profiling", samples, samples);
 
     protocol::ProfileReport report;
+    report.sampling["stopped_by"] = stopped_by_noise ? "noise" : "count";
+    report.sampling["samples"] = timed.front().samples.size();
+    if (request_.max_noise_percent) {
+      report.sampling["max_noise_percent"] = *request_.max_noise_percent;
+      report.sampling["min_samples"] = request_.min_samples;
+    }
+    json::object noise;
+    for (const auto& t : timed)
+      noise[t.side->name] = noise_percent(t.samples);
+    report.sampling["noise_percent"] = std::move(noise);
     report.ok = true;
     report.method = timed.front().method;
     report.device = engine_->describe();
@@ -1093,6 +1143,30 @@ private:
                json::object{{"speedup", *report.speedup},
                             {"threshold", request_.excessive_speedup_threshold}}));
     send_phase(protocol::Phase::profiled, json::value_from(report));
+  }
+
+  // Relative standard error of the mean, in percent: how far the mean may be from the truth.
+  static double noise_percent(const std::vector<double>& samples) {
+    const double n = static_cast<double>(samples.size());
+    if (samples.size() < 2)
+      return 100.0;
+    double mean = 0;
+    for (double s : samples)
+      mean += s / n;
+    double variance = 0;
+    for (double s : samples)
+      variance += (s - mean) * (s - mean) / (n - 1);
+    return mean > 0 ? 100.0 * std::sqrt(variance / n) / mean : 100.0;
+  }
+
+  // Whether the request's noise target is met by every side after `taken` samples.
+  bool settled(const std::vector<Timed>& timed, int64_t taken) const {
+    if (!request_.max_noise_percent || taken < request_.min_samples)
+      return false;
+    for (const auto& t : timed)
+      if (noise_percent(t.samples) > *request_.max_noise_percent)
+        return false;
+    return true;
   }
 
   // Writes a new trial's inputs into a side's bound buffers (and poisons its outputs). Inputs

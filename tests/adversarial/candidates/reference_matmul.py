@@ -1,4 +1,6 @@
-# The honest float32 matmul reference of the precision cases (64 x 64 by 64 x 64).
+# The honest float32 matmul reference of the precision cases (64 x 16 by 16 x 64: a short inner
+# dimension keeps a float16-rounded result within the default tolerance in every trial, with a
+# margin of about six standard deviations, and far outside float32's strict 1e-4).
 import torch
 import torch.nn as nn
 
@@ -12,7 +14,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(64, 64), torch.randn(64, 64)]
+    return [torch.randn(64, 16), torch.randn(16, 64)]
 
 
 def get_init_inputs():

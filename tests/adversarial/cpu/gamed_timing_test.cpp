@@ -188,6 +188,42 @@ TEST_F(GamedTiming, EvaluateFlagsOutputsThatDoNotChangeWhenTheInputsDo) {
   EXPECT_EQ(flag->at("details").as_object().at("samples").to_number<int64_t>(), 9); // pairs of 10
 }
 
+TEST_F(GamedTiming, TheStaticScanFlagsAThreadAndStrictFailsIt) {
+  TempDir tmp;
+  const auto run =
+      run_mode("compare", torch_compare("reference_relu.py", source("thread_after_return.py")),
+               tmp.path() / "a");
+  EXPECT_TRUE(correctness(run.body)) << describe(run);
+  const json::object* flag = flag_named(run.body, "static");
+  ASSERT_NE(flag, nullptr) << describe(run);
+  bool thread = false;
+  for (const auto& f : flag->at("details").as_object().at("findings").as_array())
+    thread = thread || text(f.as_object().at("pattern")) == "thread";
+  EXPECT_TRUE(thread) << shown(*flag);
+  const auto strict = run_mode("compare",
+                               torch_compare("reference_relu.py", source("thread_after_return.py"),
+                                             {{"strict", json::array{"static"}}}),
+                               tmp.path() / "b");
+  EXPECT_FALSE(correctness(strict.body)) << describe(strict);
+}
+
+TEST_F(GamedTiming, SamplingStopsWhenTheNoiseTargetIsMet) {
+  TempDir tmp;
+  json::object request = torch_compare("reference_relu.py", source("honest_model_new.py"),
+                                       {{"max_noise", 100.0}, {"min_samples", 4}});
+  request["num_trials"] = 200;
+  const auto run = run_mode("compare", request, tmp.path() / "state");
+  ASSERT_TRUE(correctness(run.body)) << describe(run);
+  const auto& profiling =
+      exec_result(run.body).at("metadata").as_object().at("profiling").as_object();
+  const auto& sampling = profiling.at("sampling").as_object();
+  EXPECT_EQ(text(sampling.at("stopped_by")), "noise") << shown(sampling);
+  EXPECT_LT(sampling.at("samples").to_number<int64_t>(), 200) << shown(sampling);
+  EXPECT_GE(sampling.at("samples").to_number<int64_t>(), 4) << shown(sampling);
+  EXPECT_EQ(exec_result(run.body).at("runtime_stats").as_object().at("count"),
+            sampling.at("samples"));
+}
+
 // The honest controls: no flag, correct, on every path the cases above take.
 TEST_F(GamedTiming, HonestCandidatesRaiseNoFlag) {
   TempDir tmp;

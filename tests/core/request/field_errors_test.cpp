@@ -72,6 +72,8 @@ const FieldErrorCase kTopLevel[] = {
     {"StrictUnknownFlag", "/strict", R"(["precision", "fast"])", "strict[1]",
      "'fast' is not a flag; flags are excessive_speedup, library_only"},
     {"StrictEmptyName", "/strict", R"([""])", "strict[0]", "must not be empty"},
+    {"MaxNoiseZero", "/max_noise", "0", "max_noise", "must be > 0 (percent), got 0"},
+    {"MinSamplesZero", "/min_samples", "0", "min_samples", "must be > 0, got 0"},
     {"ThresholdAtOne", "/excessive_speedup_threshold", "1", "excessive_speedup_threshold",
      "must be > 1, got 1"},
 };
