@@ -14,6 +14,7 @@ import unittest
 
 sys.path.insert(0, sys.argv.pop(1))
 
+from keval_runtime import launch_streams  # noqa: E402
 from keval_runtime import torch_cuda_build as build  # noqa: E402
 from keval_runtime import torch_cuda_shim as shim  # noqa: E402
 
@@ -451,6 +452,67 @@ class Cache(unittest.TestCase):
                 if v is not None:
                     os.environ[k] = v
 
+
+
+class LaunchesOnTorchsCurrentStream(unittest.TestCase):
+    """KernelBench's bare launches are put on torch's current stream, so a graph capture takes
+    them and both sides of a compare are timed the same way (issue 13)."""
+
+    S = launch_streams.STREAM_MACRO
+
+    def rewrite(self, text):
+        return launch_streams.put_launches_on_current_stream(text)
+
+    def test_grid_and_block_get_no_shared_memory_and_the_stream(self):
+        self.assertEqual(self.rewrite("k<<<blocks, threads>>>(a, b, n);"),
+                         (f"k<<<blocks, threads, 0, {self.S}>>>(a, b, n);", 1))
+
+    def test_shared_memory_is_kept(self):
+        self.assertEqual(self.rewrite("k<<<g, b, smem>>>(x);"),
+                         (f"k<<<g, b, smem, {self.S}>>>(x);", 1))
+
+    def test_a_launch_that_names_a_stream_is_left_alone(self):
+        text = "k<<<g, b, 0, at::cuda::getCurrentCUDAStream()>>>(x);"
+        self.assertEqual(self.rewrite(text), (text, 0))
+
+    def test_commas_inside_brackets_are_not_arguments(self):
+        text = "k<<<dim3((n + 255) / 256, std::max(m, 1)), dim3(16, 16)>>>(x);"
+        out, count = self.rewrite(text)
+        self.assertEqual(count, 1)
+        self.assertEqual(out, text.replace(")>>>", f"), 0, {self.S}>>>"))
+
+    def test_comments_and_strings_are_not_touched(self):
+        text = ('// k<<<a, b>>>(x);\n/* k<<<a, b>>> */ printf("<<<a, b>>>");\n'
+                "char c = '<'; k<<<g, b>>>(x);")
+        out, count = self.rewrite(text)
+        self.assertEqual(count, 1)
+        self.assertIn("// k<<<a, b>>>(x);", out)
+        self.assertIn('printf("<<<a, b>>>")', out)
+        self.assertIn(f"k<<<g, b, 0, {self.S}>>>(x);", out)
+
+    def test_shifts_are_not_the_end_of_a_launch(self):
+        self.assertEqual(self.rewrite("k<<<n >> 8, 256>>>(x);"),
+                         (f"k<<<n >> 8, 256, 0, {self.S}>>>(x);", 1))
+
+    def test_what_does_not_parse_is_left_alone(self):
+        for text in ["a <<< b; c >>> d;", "k<<<(g, b>>>(x);", "k<<<g, b", "<<<"]:
+            self.assertEqual(self.rewrite(text), (text, 0), text)
+
+    def test_an_inline_extension_gets_the_stream_header_and_a_note(self):
+        cuda = "__global__ void k(float* x) {}\nvoid run(float* x) { k<<<1, 32>>>(x); }\n"
+        extension = build.Extension.inline("m", "void run(float* x);", cuda, ["run"])
+        (name, unit), = extension.cuda_units
+        self.assertTrue(unit.startswith(build.CUDA_PRELUDE + launch_streams.STREAM_PRELUDE))
+        self.assertIn(f"k<<<1, 32, 0, {self.S}>>>(x);", unit)
+        self.assertTrue(any("current stream" in note for note in extension.notes))
+
+    def test_an_extension_without_bare_launches_is_unchanged(self):
+        cuda = "__global__ void k(float* x) {}\n"
+        extension = build.Extension.inline("m", "void run(float* x);", cuda, ["run"])
+        (name, unit), = extension.cuda_units
+        self.assertEqual(unit, build.CUDA_PRELUDE + cuda)
+        self.assertNotIn(launch_streams.STREAM_PRELUDE, unit)
+        self.assertEqual(extension.notes, [])
 
 if __name__ == "__main__":
     unittest.main()

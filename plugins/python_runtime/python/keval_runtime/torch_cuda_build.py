@@ -34,7 +34,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from . import nvcc_pipeline
+from . import launch_streams, nvcc_pipeline
 
 # Bumped when the layout of an entry or the way translation units are generated changes.
 CACHE_FORMAT = 2
@@ -140,6 +140,24 @@ class Extension:
         self.with_cuda = bool(cuda_units) if with_cuda is None else bool(with_cuda)
         self.notes = []  # how keval's build departs from torch's, for the build record
         self._fingerprints = {}  # include directory -> what of it enters the cache key
+        self._launch_on_current_stream()
+
+    def _launch_on_current_stream(self):
+        """Bare <<<grid, block>>> launches go on torch's current stream, so that a graph capture
+        takes them (launch_streams.py says why)."""
+        units, total = [], 0
+        for file_name, text in self.cuda_units:
+            text, count = launch_streams.put_launches_on_current_stream(text)
+            if count:
+                total += count
+                at = len(CUDA_PRELUDE) if text.startswith(CUDA_PRELUDE) else 0
+                text = text[:at] + launch_streams.STREAM_PRELUDE + text[at:]
+            units.append((file_name, text))
+        self.cuda_units = units
+        if total:
+            self.notes.append(f"{total} kernel launch(es) without a stream were put on torch's "
+                              "current stream (a graph capture takes them; the legacy default "
+                              "stream cannot be captured)")
 
     @classmethod
     def inline(cls, name, cpp_sources, cuda_sources=None, functions=None, **flags):
