@@ -159,11 +159,14 @@ private:
     return reply;
   }
 
+  // A plugin that fails to load leaves no entry behind: prepare_engine and the rest walk
+  // plugins_ and expect every entry loaded (a null one crashed every prestarted runner whose
+  // prewarm plugin could not be loaded, once CUDA was built in).
   LoadedPlugin& load(const std::string& path) {
-    auto& slot = plugins_[path];
-    if (!slot)
-      slot = std::make_unique<LoadedPlugin>(path);
-    return *slot;
+    if (auto found = plugins_.find(path); found != plugins_.end())
+      return *found->second;
+    auto plugin = std::make_unique<LoadedPlugin>(path);
+    return *plugins_.emplace(path, std::move(plugin)).first->second;
   }
 
   json::object dispatch(const std::string& type, const json::object& command,
@@ -190,7 +193,7 @@ private:
     if (type == runner_msg::kLaunch)
       return launch(binding, fds);
     if (type == runner_msg::kTimer)
-      return make_timer(binding);
+      return make_timer(binding, command);
     if (type == runner_msg::kSample)
       return sample(binding, fds);
     throw WireError("unknown command '" + type + "'");
@@ -430,12 +433,20 @@ private:
     return reply;
   }
 
-  json::object make_timer(Binding& binding) {
+  // {"capture": false} asks for events even where a graph could be captured: the other side of
+  // the compare could not be, and both must be timed alike. A timer made again replaces the old.
+  json::object make_timer(Binding& binding, const json::object& command) {
+    const json::value* capture = command.if_contains("capture");
+    if (capture != nullptr && !capture->is_bool())
+      throw WireError("'capture' must be a boolean");
+    binding.timer.reset();
     // For graph replay the launch runs once, at capture; for events, once per sample.
-    binding.timer = engine_->make_timer([this, &binding] {
-      std::vector<ManagedTensor> outputs = launch_once(binding);
-      binding.timed_outputs = std::move(outputs);
-    });
+    binding.timer = engine_->make_timer(
+        [this, &binding] {
+          std::vector<ManagedTensor> outputs = launch_once(binding);
+          binding.timed_outputs = std::move(outputs);
+        },
+        capture == nullptr || capture->get_bool());
     json::object reply;
     reply["method"] = binding.timer->method();
     return reply;
