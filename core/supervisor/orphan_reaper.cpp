@@ -1,8 +1,8 @@
 #include "supervisor/orphan_reaper.hpp"
 
 #include "common/log.hpp"
-#include "supervisor/owned_children.hpp"
 #include "common/process_tree.hpp"
+#include "supervisor/owned_children.hpp"
 
 #include <cerrno>
 #include <csignal>

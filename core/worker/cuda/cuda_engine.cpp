@@ -355,9 +355,9 @@ public:
     session_.check_execution(api().cuStreamSynchronize(session_.stream()));
   }
 
-  std::unique_ptr<Timer> make_timer(std::function<void()> launch) override {
+  std::unique_ptr<Timer> make_timer(std::function<void()> launch, bool capture) override {
     session_.throw_if_faulted();
-    return detail::make_cuda_timer(session_, std::move(launch));
+    return detail::make_cuda_timer(session_, std::move(launch), capture);
   }
 
 private:

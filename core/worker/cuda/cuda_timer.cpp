@@ -44,9 +44,10 @@ private:
 
 class CudaTimer final : public Timer {
 public:
-  CudaTimer(DeviceSession& session, std::function<void()> launch)
+  CudaTimer(DeviceSession& session, std::function<void()> launch, bool capture_it)
       : session_(session), launch_(std::move(launch)), start_(session), stop_(session) {
-    capture();
+    if (capture_it)
+      capture();
   }
   CudaTimer(const CudaTimer&) = delete;
   CudaTimer& operator=(const CudaTimer&) = delete;
@@ -120,8 +121,9 @@ private:
 
 } // namespace
 
-std::unique_ptr<Timer> make_cuda_timer(DeviceSession& session, std::function<void()> launch) {
-  return std::make_unique<CudaTimer>(session, std::move(launch));
+std::unique_ptr<Timer> make_cuda_timer(DeviceSession& session, std::function<void()> launch,
+                                       bool capture) {
+  return std::make_unique<CudaTimer>(session, std::move(launch), capture);
 }
 
 } // namespace keval::worker::detail

@@ -171,7 +171,7 @@ public:
 
   void synchronize() override {}
 
-  std::unique_ptr<Timer> make_timer(std::function<void()> launch) override {
+  std::unique_ptr<Timer> make_timer(std::function<void()> launch, bool /*capture*/) override {
     return std::make_unique<WallClockTimer>(std::move(launch));
   }
 };

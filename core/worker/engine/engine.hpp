@@ -116,8 +116,10 @@ public:
   // Prepares repeated timing of `launch`, which enqueues exactly one kernel invocation on
   // stream() with fixed arguments. Engines that can capture it once (a CUDA graph) and replay it;
   // otherwise each sample calls it. Exceptions from `launch` propagate out of make_timer() (when
-  // it runs during capture) or sample().
-  virtual std::unique_ptr<class Timer> make_timer(std::function<void()> launch) = 0;
+  // it runs during capture) or sample(). `capture` false: never a graph, each sample calls
+  // `launch` (how both sides of a compare get one method when one side cannot be captured).
+  virtual std::unique_ptr<class Timer> make_timer(std::function<void()> launch,
+                                                  bool capture = true) = 0;
 };
 
 // The engine for the CPU: plain host memory, steady_clock timing.

@@ -18,7 +18,7 @@
 //   trusted: args            {binding, args[...]} + fds -> {}  (tensors: its shared buffers)
 //   trusted: launch          {binding}                  -> {outputs[...]} + fds (returned ones)
 //   trusted: default_inputs  {seed}                     -> {tensors[...]} + fds
-//   trusted: timer           {binding}                  -> {method}
+//   trusted: timer           {binding, capture?}        -> {method}  (capture false: events)
 //   trusted: sample          {binding}                  -> {ms, outputs[...]} + fds (returned ones)
 //   trusted: unbind          {binding}                  -> {}
 //

@@ -16,7 +16,8 @@ namespace keval::worker::detail {
 // be instantiated, each sample calls `launch` between events instead ("cuda_event"). An
 // exception from `launch` during capture ends the capture and propagates from here; later ones
 // propagate from sample(). sample() throws KernelFault for any device error. The timer must not
-// outlive `session`.
-std::unique_ptr<Timer> make_cuda_timer(DeviceSession& session, std::function<void()> launch);
+// outlive `session`. With `capture` false it never captures: events from the start.
+std::unique_ptr<Timer> make_cuda_timer(DeviceSession& session, std::function<void()> launch,
+                                       bool capture = true);
 
 } // namespace keval::worker::detail
