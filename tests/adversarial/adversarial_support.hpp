@@ -233,12 +233,14 @@ inline std::optional<json::object> trailing_object(const std::string& text) {
 }
 
 // `keval compare` on `request`, with its state (records kept) in `state_dir`.
-inline CliRun run_cli(const json::object& request, const fs::path& state_dir,
-                      const std::vector<std::string>& extra_args = {}) {
+// `keval MODE REQUEST --state-dir DIR --keep-record [extra]`, MODE "compare" or "evaluate".
+inline CliRun run_cli_mode(const std::string& mode, const json::object& request,
+                           const fs::path& state_dir,
+                           const std::vector<std::string>& extra_args = {}) {
   fs::create_directories(state_dir);
   const auto path = write_request(state_dir.parent_path(),
                                   state_dir.filename().string() + "-request.json", request);
-  std::vector<std::string> args{"compare", path.string(), "--state-dir", state_dir.string(),
+  std::vector<std::string> args{mode, path.string(), "--state-dir", state_dir.string(),
                                 "--keep-record"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   auto r = run_keval(args);
@@ -254,6 +256,11 @@ inline CliRun run_cli(const json::object& request, const fs::path& state_dir,
     run.body = std::move(*last); // something else wrote into the CLI's stdout before it
   }
   return run;
+}
+
+inline CliRun run_cli(const json::object& request, const fs::path& state_dir,
+                      const std::vector<std::string>& extra_args = {}) {
+  return run_cli_mode("compare", request, state_dir, extra_args);
 }
 
 inline std::string describe(const CliRun& run) {

@@ -12,22 +12,8 @@ namespace {
 
 using GamedTiming = TorchAttack;
 
-// keval evaluate|compare REQUEST --state-dir DIR: the CLI as run_cli, in either mode.
 CliRun run_mode(const std::string& mode, const json::object& request, const fs::path& state_dir) {
-  fs::create_directories(state_dir);
-  const auto path = write_request(state_dir.parent_path(),
-                                  state_dir.filename().string() + "-request.json", request);
-  auto r = run_keval({mode, path.string(), "--state-dir", state_dir.string()});
-  CliRun run;
-  run.exit_code = r.exit_code ? *r.exit_code : -1;
-  run.out = r.out;
-  run.err = r.err;
-  auto parsed = parse_lenient(r.out);
-  if (parsed.is_object()) {
-    run.body = parsed.as_object();
-    run.stdout_is_result = true;
-  }
-  return run;
+  return run_cli_mode(mode, request, state_dir);
 }
 
 json::object torch_compare(const std::string& reference, const std::string& candidate,
