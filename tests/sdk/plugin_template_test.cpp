@@ -4,6 +4,8 @@
 #include "support/test_env.hpp"
 
 #include <fstream>
+#include <iterator>
+#include <regex>
 #include <sstream>
 
 #include <boost/json/parse.hpp>
@@ -61,6 +63,38 @@ protected:
 TempDir* PluginTemplate::tmp_ = nullptr;
 fs::path PluginTemplate::prefix_, PluginTemplate::build_;
 std::string PluginTemplate::setup_error_;
+
+// find_package(keval_sdk X.Y) succeeds for the API version plugin.h declares (the package used
+// to say 1.0.0 while the header said 1.1).
+TEST_F(PluginTemplate, ThePackageVersionIsTheHeadersApiVersion) {
+  std::ifstream header(std::string(KEVAL_TEST_SOURCE_DIR) + "/sdk/include/keval/plugin.h");
+  const std::string text((std::istreambuf_iterator<char>(header)),
+                         std::istreambuf_iterator<char>());
+  std::smatch m;
+  std::string major, minor;
+  if (std::regex_search(text, m, std::regex("#define KEVAL_PLUGIN_API_MAJOR ([0-9]+)")))
+    major = m[1];
+  if (std::regex_search(text, m, std::regex("#define KEVAL_PLUGIN_API_MINOR ([0-9]+)")))
+    minor = m[1];
+  ASSERT_FALSE(major.empty() || minor.empty()) << "plugin.h declares no API version";
+  const fs::path project = tmp_->path() / ("wants-" + major + "." + minor);
+  fs::create_directories(project);
+  std::ofstream(project / "CMakeLists.txt")
+      << "cmake_minimum_required(VERSION 3.16)\nproject(wants NONE)\nfind_package(keval_sdk "
+      << major << "." << minor << " REQUIRED)\n";
+  auto r = run({KEVAL_TEST_CMAKE, "-S", project.string(), "-B", (project / "build").string(),
+                "-DCMAKE_PREFIX_PATH=" + prefix_.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto newer = std::to_string(std::stoi(minor) + 1);
+  std::ofstream(project / "CMakeLists.txt")
+      << "cmake_minimum_required(VERSION 3.16)\nproject(wants NONE)\nfind_package(keval_sdk "
+      << major << "." << newer << " REQUIRED)\n";
+  fs::remove_all(project / "build");
+  r = run({KEVAL_TEST_CMAKE, "-S", project.string(), "-B", (project / "build").string(),
+           "-DCMAKE_PREFIX_PATH=" + prefix_.string()});
+  EXPECT_NE(r.exit_code, 0) << "a plugin needing " << major << "." << newer
+                            << " must not find this SDK";
+}
 
 TEST_F(PluginTemplate, InstalledKevalListsTheOutOfTreePlugin) {
   auto r = installed_keval({"plugins", "--json"});
