@@ -1,6 +1,7 @@
 // The cuda kernel type end to end on a real GPU: keval's job runner, a fresh keval-worker, the
 // cuda plugin (NVRTC + Driver API) and the CUDA engine. Skipped, with the reason, only when this
 // machine has no usable CUDA device.
+#include "support/cuda_device.hpp"
 #include "support/test_env.hpp"
 
 #include "cuda/driver.hpp"
@@ -18,15 +19,10 @@ namespace json = boost::json;
 using result::Verdict;
 
 // Why no CUDA device is usable here, or "" when one is.
-std::string no_device_reason() {
-  std::string reason;
-  return cuda::usable_device_count(&reason) > 0 ? std::string() : reason;
-}
-
 class CudaEndToEnd : public ::testing::Test {
 protected:
   void SetUp() override {
-    static const std::string reason = no_device_reason();
+    static const std::string reason = keval::test::no_cuda_device_reason();
     if (!reason.empty())
       GTEST_SKIP() << "no CUDA device: " << reason;
     ASSERT_NE(built_registry().find("cuda"), nullptr) << "the cuda plugin was not built";
@@ -187,7 +183,7 @@ TEST_F(CudaEndToEnd, TwoProfilingRunsAgreeWithinTenPercent) {
 // The other half of the contract: on a machine without a GPU (CI), a cuda request still compiles
 // (NVRTC needs no device) and the response says plainly that no CUDA device is present.
 TEST(CudaWithoutDevice, CompilesAndReportsThatNoDeviceIsPresent) {
-  if (no_device_reason().empty())
+  if (keval::test::no_cuda_device_reason().empty())
     GTEST_SKIP() << "a CUDA device is present; CudaEndToEnd covers this machine";
   ASSERT_NE(built_registry().find("cuda"), nullptr) << "the cuda plugin was not built";
   const auto r = run_request(evaluate(kAdd), false, built_registry());

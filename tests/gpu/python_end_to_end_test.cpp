@@ -6,6 +6,7 @@
 #ifdef KEVAL_TEST_PYTHON_EXECUTABLE
 
 #include "python_test_support.hpp"
+#include "support/cuda_device.hpp"
 
 #include "cuda/driver.hpp"
 
@@ -15,15 +16,10 @@ namespace keval::test::python {
 namespace {
 
 // Why no CUDA device is usable here, or "" when one is.
-std::string no_device_reason() {
-  std::string reason;
-  return cuda::usable_device_count(&reason) > 0 ? std::string() : reason;
-}
-
 class PythonGpu : public ::testing::Test {
 protected:
   void SetUp() override {
-    static const std::string reason = no_device_reason();
+    static const std::string reason = keval::test::no_cuda_device_reason();
     if (!reason.empty())
       GTEST_SKIP() << "no CUDA device: " << reason;
     if (!torch_problem().empty())

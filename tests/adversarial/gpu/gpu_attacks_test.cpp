@@ -4,6 +4,7 @@
 // frames at import time. Each must end with the candidate failed. Skipped, with the reason,
 // without a usable CUDA device (and the Python ones without torch or Triton).
 #include "adversarial_support.hpp"
+#include "support/cuda_device.hpp"
 
 #include "cuda/driver.hpp"
 
@@ -11,14 +12,6 @@ namespace keval::test::adversarial {
 namespace {
 
 // Why no CUDA device is usable here, or "" when one is.
-const std::string& no_device_reason() {
-  static const std::string reason = [] {
-    std::string why;
-    return cuda::usable_device_count(&why) > 0 ? std::string() : why;
-  }();
-  return reason;
-}
-
 // "" when the embedded interpreter imports `module`, else why not.
 std::string python_problem(const std::string& module) {
   const char* chosen = std::getenv("KEVAL_PYTHON");
@@ -34,8 +27,8 @@ std::string python_problem(const std::string& module) {
 class GpuAttack : public ::testing::Test {
 protected:
   void SetUp() override {
-    if (!no_device_reason().empty())
-      GTEST_SKIP() << "no CUDA device: " << no_device_reason();
+    if (!keval::test::no_cuda_device_reason().empty())
+      GTEST_SKIP() << "no CUDA device: " << keval::test::no_cuda_device_reason();
   }
   // Skips unless the plugin of `type` was built (and, for Python types, `module` imports).
   void require(const std::string& type, const std::string& module = {}) {

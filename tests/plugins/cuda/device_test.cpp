@@ -1,6 +1,7 @@
 // Binding and launching on a real GPU. Every test here skips, with the reason, when this machine
 // has no usable CUDA device; elsewhere they run against device 0's primary context.
 #include "cuda_test_support.hpp"
+#include "support/cuda_device.hpp"
 
 #include "cuda/driver.hpp"
 
@@ -15,11 +16,6 @@ namespace {
 using ::testing::HasSubstr;
 
 // Why no CUDA device is usable here, or "" when one is.
-std::string no_device_reason() {
-  std::string reason;
-  return cuda::usable_device_count(&reason) > 0 ? std::string() : reason;
-}
-
 // Device memory for one test.
 class DeviceBuffer {
 public:
@@ -49,7 +45,7 @@ private:
 class CudaDevice : public ::testing::Test {
 protected:
   void SetUp() override {
-    static const std::string reason = no_device_reason();
+    static const std::string reason = keval::test::no_cuda_device_reason();
     if (!reason.empty())
       GTEST_SKIP() << "no CUDA device: " << reason;
     const auto& d = cuda::driver();
