@@ -39,7 +39,11 @@ TEST(DaemonLifecycle, RestartServesFinishedResultsAndReportsInterruptedJobs) {
     done_result = done.json_body();
     done_id = std::string(done_result.at("job_id").as_string());
     hung_id = async_job(dirs.socket(), hang());
-    ASSERT_TRUE(wait_status(dirs.socket(), hung_id, "validating"));
+    // Seen once under ASan in CI: still not validating after 120 s (cause unknown; the job
+    // view and the daemon's log say where it stood).
+    ASSERT_TRUE(wait_status(dirs.socket(), hung_id, "validating"))
+        << "job: " << HttpClient(dirs.socket()).get("/jobs/" + hung_id).body() << "\ndaemon log:\n"
+        << first.log();
     first.crash(); // SIGKILL: no shutdown, no cleanup
   }
   ASSERT_TRUE(fs::exists(dirs.socket())); // the dead daemon's socket is still there
