@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <future>
 #include <optional>
 #include <thread>
@@ -128,8 +129,6 @@ struct RemoteBinding {
 // flags (request/model.hpp, kFlagNames) once all have passed.
 class TrialEvidence {
 public:
-  void begin_trial() { ++trials_; }
-
   // Output k of the reference was degenerate in this trial as `kind` ("" when it was not).
   void degenerate(size_t k, const std::string& kind) {
     Output& o = at(k);
@@ -218,7 +217,6 @@ private:
     return outputs_[k];
   }
 
-  int64_t trials_ = 0;
   std::vector<Output> outputs_;
   json::object precision_;
 };
@@ -636,7 +634,6 @@ private:
     custom_output_budget_ = output_budget(expected);
     Launched actual = launch_checked(custom(), inputs, custom_output_budget_);
     const std::vector<const Tensor*> given = input_tensors(inputs);
-    evidence_.begin_trial();
     for (size_t k = 0; k < actual.copies.size(); ++k)
       evidence_.aliasing(k, aliased_input(*actual.copies[k], given),
                          expected && k < expected->copies.size()
@@ -650,31 +647,42 @@ private:
     for (size_t k = 0; k < expected->copies.size(); ++k)
       evidence_.degenerate(k, degenerate_kind(*expected->copies[k], given));
     json::array comparisons;
-    bool passed = true;
-    std::string problem;
-    if (expected->outputs.size() != actual.outputs.size()) {
-      passed = false;
-      problem = "reference produced " + std::to_string(expected->outputs.size()) +
-                " outputs, custom kernel produced " + std::to_string(actual.outputs.size());
-    }
-    const size_t n = std::min(expected->outputs.size(), actual.outputs.size());
-    for (size_t i = 0; i < n; ++i) {
-      auto cmp = engine_->compare(*expected->outputs[i], *actual.outputs[i], request_.tolerance);
-      json::object c = tensor::to_json(cmp);
-      c["output"] = i;
-      c["summary"] = tensor::summary(cmp);
-      if (!cmp.match && problem.empty())
-        problem = "output " + std::to_string(i) + ": " + tensor::summary(cmp);
-      if (cmp.match)
-        check_precision(trial, i, *expected->outputs[i], *actual.outputs[i], cmp);
-      passed = passed && cmp.match;
-      comparisons.push_back(std::move(c));
-    }
-    t["passed"] = passed;
-    if (!passed)
+    const std::string problem =
+        compare_outputs(*expected, actual, [&](size_t i, const tensor::Comparison& cmp) {
+          json::object c = tensor::to_json(cmp);
+          c["output"] = i;
+          c["summary"] = tensor::summary(cmp);
+          if (cmp.match)
+            check_precision(trial, i, *expected->outputs[i], *actual.outputs[i], cmp);
+          comparisons.push_back(std::move(c));
+        });
+    t["passed"] = problem.empty();
+    if (!problem.empty())
       t["problem"] = problem;
     t["comparisons"] = std::move(comparisons);
     return t;
+  }
+
+  // The candidate's outputs against the reference's, output by output (`each` sees every
+  // comparison): the first problem, a count that differs or an output that does not match, or
+  // "" when all match.
+  std::string
+  compare_outputs(const Launched& expected, const Launched& actual,
+                  const std::function<void(size_t, const tensor::Comparison&)>& each = nullptr) {
+    std::string problem;
+    if (expected.outputs.size() != actual.outputs.size())
+      problem = "reference produced " + std::to_string(expected.outputs.size()) +
+                " outputs, custom kernel produced " + std::to_string(actual.outputs.size());
+    const size_t n = std::min(expected.outputs.size(), actual.outputs.size());
+    for (size_t i = 0; i < n; ++i) {
+      const tensor::Comparison cmp =
+          engine_->compare(*expected.outputs[i], *actual.outputs[i], request_.tolerance);
+      if (!cmp.match && problem.empty())
+        problem = "output " + std::to_string(i) + ": " + tensor::summary(cmp);
+      if (each)
+        each(i, cmp);
+    }
+    return problem;
   }
 
   // The candidate's source scanned for patterns that game timing or checks (checks/
@@ -797,12 +805,18 @@ private:
     }
     for (const auto& copy : launched.copies)
       launched.outputs.push_back(&copy->dl());
-    if (auto modified = binding.binder->first_modified_input(*engine_))
-      throw KernelFailure{side.name, error_json("input_modified", side.name +
-                                                                      " kernel modified its input "
-                                                                      "argument '" +
-                                                                      *modified + "'")};
+    check_inputs_untouched(binding, "");
     return launched;
+  }
+
+  // Throws the side's KernelFailure when it changed one of its read-only inputs (`when` ends the
+  // message: "", " in timed sample 3 of 100").
+  void check_inputs_untouched(RemoteBinding& binding, const std::string& when) {
+    if (auto modified = binding.binder->first_modified_input(*engine_))
+      throw KernelFailure{binding.side->name,
+                          error_json("input_modified", binding.side->name +
+                                                           " kernel modified its input argument '" +
+                                                           *modified + "'" + when)};
   }
 
   // Shared clones of the inputs (and fresh outputs) for `side`, handed to its runner.
@@ -1000,11 +1014,34 @@ private:
   static constexpr uint64_t kWarmupTrials = 1ull << 40;
   static constexpr uint64_t kSampleTrials = 1ull << 41;
 
+  // Relative standard error of the mean, in percent (how far the mean may be from the truth),
+  // kept up to date sample by sample (Welford), so a noise target costs O(1) per sample.
+  class Noise {
+  public:
+    void add(double x) {
+      ++n_;
+      const double delta = x - mean_;
+      mean_ += delta / static_cast<double>(n_);
+      m2_ += delta * (x - mean_);
+    }
+    double percent() const {
+      if (n_ < 2 || mean_ <= 0)
+        return 100.0;
+      const double variance = m2_ / static_cast<double>(n_ - 1);
+      return 100.0 * std::sqrt(variance / static_cast<double>(n_)) / mean_;
+    }
+
+  private:
+    int64_t n_ = 0;
+    double mean_ = 0, m2_ = 0;
+  };
+
   struct Timed {
     Side* side = nullptr;
     RemoteBinding binding;
     std::string method;
     std::vector<double> samples;
+    Noise noise; // of `samples`
     int64_t warmup = 0;
     bool matched_other_side = false; // timed without capture because the other side could not be
   };
@@ -1033,13 +1070,8 @@ private:
     try {
       current = std::make_unique<InputSet>(make_inputs(kWarmupTrials));
       for (auto& side : sides_) {
-        Timed t{side.get(), bind_remote(*side, *current), {}, {}, 0, false};
-        json::object timer;
-        timer["type"] = runner_msg::kTimer;
-        timer["binding"] = t.binding.id;
-        json::object reply = call(*side, std::move(timer), "preparing its timing");
-        expect_ok(*side, reply, "preparing its timing");
-        t.method = detail::string_field(reply, "method");
+        Timed t{side.get(), bind_remote(*side, *current)};
+        prepare_timer(t, true);
         timed.push_back(std::move(t));
       }
       same_method(timed);
@@ -1065,20 +1097,13 @@ private:
           const uint64_t budget = &t == ref_timed ? kUnlimited : custom_output_budget_;
           SampleRun run = sample(t.binding, budget);
           t.samples.push_back(run.ms);
+          t.noise.add(run.ms);
           (&t == ref_timed ? ref_run : custom_run) = std::move(run);
         }
         if (ref_run)
           check_sample(i, samples, *ref_run, *custom_run);
-        if (auto modified = custom_timed->binding.binder->first_modified_input(*engine_))
-          throw KernelFailure{"custom",
-                              error_json("input_modified",
-                                         "custom kernel modified its input argument '" + *modified +
-                                             "' in timed sample " + std::to_string(i + 1) + " of " +
-                                             std::to_string(samples))};
-        if (settled(timed, i + 1)) {
-          stopped_by_noise = true;
-          break;
-        }
+        check_inputs_untouched(custom_timed->binding, " in timed sample " + std::to_string(i + 1) +
+                                                          " of " + std::to_string(samples));
         if (!ref_run) {
           // Evaluate: no reference to check against, but outputs that stay bit-identical while
           // the inputs change say the kernel did not compute them from these inputs.
@@ -1088,6 +1113,10 @@ private:
               ++unchanged_outputs;
           }
           previous_outputs = std::move(custom_run->launched.copies);
+        }
+        if (settled(timed, i + 1)) {
+          stopped_by_noise = true;
+          break;
         }
       }
     } catch (const KernelFailure& failure) {
@@ -1108,7 +1137,7 @@ private:
     }
     json::object noise;
     for (const auto& t : timed)
-      noise[t.side->name] = noise_percent(t.samples);
+      noise[t.side->name] = t.noise.percent();
     report.sampling["noise_percent"] = std::move(noise);
     report.ok = true;
     report.method = timed.front().method;
@@ -1128,7 +1157,8 @@ private:
             t.side->name + " could have been replayed from a CUDA graph; it was timed with " +
             t.method + " like the other side, whose launch could not be captured";
     report.checks["fresh_inputs"] = true;
-    report.checks["checked_samples"] = ref() != nullptr ? samples : 0;
+    const auto taken = static_cast<int64_t>(timed.front().samples.size());
+    report.checks["checked_samples"] = ref() != nullptr ? taken : 0;
     if (ref() == nullptr) {
       // Consecutive samples whose inputs differed, and of those, how many kept the outputs.
       report.checks["sample_pairs_with_changed_inputs"] = changed_inputs;
@@ -1164,29 +1194,22 @@ private:
     for (auto& t : timed) {
       if (t.method != "cuda_graph")
         continue;
-      json::object timer;
-      timer["type"] = runner_msg::kTimer;
-      timer["binding"] = t.binding.id;
-      timer["capture"] = false;
-      json::object reply = call(*t.side, std::move(timer), "preparing its timing");
-      expect_ok(*t.side, reply, "preparing its timing");
-      t.method = detail::string_field(reply, "method");
+      prepare_timer(t, false);
       t.matched_other_side = true;
     }
   }
 
-  // Relative standard error of the mean, in percent: how far the mean may be from the truth.
-  static double noise_percent(const std::vector<double>& samples) {
-    const double n = static_cast<double>(samples.size());
-    if (samples.size() < 2)
-      return 100.0;
-    double mean = 0;
-    for (double s : samples)
-      mean += s / n;
-    double variance = 0;
-    for (double s : samples)
-      variance += (s - mean) * (s - mean) / (n - 1);
-    return mean > 0 ? 100.0 * std::sqrt(variance / n) / mean : 100.0;
+  // Has the side's runner make (or make again) the timer of its binding; `capture` false asks
+  // for events even where a graph could be captured.
+  void prepare_timer(Timed& t, bool capture) {
+    json::object timer;
+    timer["type"] = runner_msg::kTimer;
+    timer["binding"] = t.binding.id;
+    if (!capture)
+      timer["capture"] = false;
+    json::object reply = call(*t.side, std::move(timer), "preparing its timing");
+    expect_ok(*t.side, reply, "preparing its timing");
+    t.method = detail::string_field(reply, "method");
   }
 
   // Whether the request's noise target is met by every side after `taken` samples.
@@ -1194,7 +1217,7 @@ private:
     if (!request_.max_noise_percent || taken < request_.min_samples)
       return false;
     for (const auto& t : timed)
-      if (noise_percent(t.samples) > *request_.max_noise_percent)
+      if (t.noise.percent() > *request_.max_noise_percent)
         return false;
     return true;
   }
@@ -1213,36 +1236,20 @@ private:
   // The candidate's outputs of timed sample `i` against the reference's for the same inputs.
   void check_sample(int64_t i, int64_t samples, const SampleRun& expected,
                     const SampleRun& actual) {
-    const auto fail = [&](const std::string& problem) {
+    const std::string problem = compare_outputs(expected.launched, actual.launched);
+    if (!problem.empty())
       throw KernelFailure{"custom",
                           error_json("mismatch", "timed sample " + std::to_string(i + 1) + " of " +
                                                      std::to_string(samples) + ": " + problem)};
-    };
-    const auto& want = expected.launched.outputs;
-    const auto& got = actual.launched.outputs;
-    if (want.size() != got.size())
-      fail("reference produced " + std::to_string(want.size()) + " outputs, custom kernel " +
-           std::to_string(got.size()));
-    for (size_t k = 0; k < want.size(); ++k) {
-      const tensor::Comparison cmp = engine_->compare(*want[k], *got[k], request_.tolerance);
-      if (!cmp.match)
-        fail("output " + std::to_string(k) + ": " + tensor::summary(cmp));
-    }
   }
 
   // Whether any generated input differs between two trials (inputs given as data never do).
   bool inputs_differ(const InputSet& a, const InputSet& b) {
-    const auto differ = [this](const Tensor* x, const Tensor* y) {
-      return x != nullptr && y != nullptr && !engine_->same_bytes(x->dl(), y->dl());
-    };
-    for (size_t k = 0; k < a.defaults().size() && k < b.defaults().size(); ++k)
-      if (differ(a.defaults()[k].get(), b.defaults()[k].get()))
+    const std::vector<const Tensor*> x = input_tensors(a), y = input_tensors(b);
+    for (size_t k = 0; k < x.size() && k < y.size(); ++k)
+      if (x[k]->dtype() != y[k]->dtype() || x[k]->shape() != y[k]->shape() ||
+          !engine_->same_bytes(x[k]->dl(), y[k]->dl()))
         return true;
-    for (const auto* contract : contracts())
-      if (contract != nullptr)
-        for (size_t k = 0; k < contract->args.size(); ++k)
-          if (differ(a.contract_input(contract, k), b.contract_input(contract, k)))
-            return true;
     return false;
   }
 

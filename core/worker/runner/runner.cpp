@@ -368,17 +368,24 @@ private:
   json::object launch(Binding& binding, std::vector<int>& fds) {
     std::vector<ManagedTensor> owned = launch_once(binding);
     engine_->synchronize();
+    json::array outputs = share_outputs(owned, fds);
+    json::object reply;
+    if (plugin_->has(KEVAL_CAP_RETURNS_OUTPUTS))
+      reply["outputs"] = std::move(outputs);
+    return reply;
+  }
+
+  // Copies of what the kernel returned, in shared buffers for the trusted worker (kept until the
+  // next command), described for the reply; their descriptors are appended to `fds`.
+  json::array share_outputs(const std::vector<ManagedTensor>& owned, std::vector<int>& fds) {
     json::array outputs;
-    for (auto& t : owned) {
+    for (const auto& t : owned) {
       returned_.push_back(engine_->clone(t->dl_tensor, Sharing::shared));
       outputs.push_back(detail::describe_shared(*returned_.back(), fds));
     }
     if (fds.size() > protocol::kMaxFdsPerFrame)
       throw CommandError{"runtime_error", "kernel returned too many tensors", {}};
-    json::object reply;
-    if (plugin_->has(KEVAL_CAP_RETURNS_OUTPUTS))
-      reply["outputs"] = std::move(outputs);
-    return reply;
+    return outputs;
   }
 
   std::vector<ManagedTensor> launch_once(Binding& binding) {
@@ -461,16 +468,8 @@ private:
     engine_->synchronize();
     json::object reply;
     reply["ms"] = ms;
-    if (plugin_->has(KEVAL_CAP_RETURNS_OUTPUTS)) {
-      json::array outputs;
-      for (auto& t : binding.timed_outputs) {
-        returned_.push_back(engine_->clone(t->dl_tensor, Sharing::shared));
-        outputs.push_back(detail::describe_shared(*returned_.back(), fds));
-      }
-      if (fds.size() > protocol::kMaxFdsPerFrame)
-        throw CommandError{"runtime_error", "kernel returned too many tensors", {}};
-      reply["outputs"] = std::move(outputs);
-    }
+    if (plugin_->has(KEVAL_CAP_RETURNS_OUTPUTS))
+      reply["outputs"] = share_outputs(binding.timed_outputs, fds);
     return reply;
   }
 
