@@ -63,6 +63,10 @@ sandbox of the user code (evaluate, compare, serve; see README "Sandbox"):
                             when a layer is missing; off: debugging only, said in every result
   --job-user USER           when keval runs as root, user code runs as USER (NAME, UID or
                             UID:GID; default nobody)
+  --runner-uids BASE|shared each process that runs user code runs as a uid of its own,
+                            BASE + its pid, with USER's group, so that --job-pids counts one
+                            job's processes alone and jobs cannot signal each other (default
+                            1879048192); shared: all as USER
   --job-memory SIZE         memory per process that runs user code, e.g. 4G (default: half the
                             machine's memory, at most 16G): cgroup v2 memory.max where keval
                             has a delegated cgroup, else RLIMIT_DATA
@@ -337,7 +341,23 @@ int main(int argc, char** argv) {
       serve_options.sandbox.mode = *parsed;
     } else if (a == "--job-user")
       serve_options.sandbox.job_user = value("--job-user");
-    else if (a == "--job-memory") {
+    else if (a == "--runner-uids") {
+      const std::string text = value("--runner-uids");
+      constexpr uint32_t kLargest = keval::protocol::SandboxPolicy::kLargestRunnerUidBase;
+      if (text == "shared") {
+        serve_options.sandbox.runner_uid_base = 0;
+      } else {
+        const bool digits = !text.empty() && text.size() <= 10 &&
+                            text.find_first_not_of("0123456789") == std::string::npos;
+        const uint64_t base = digits ? std::stoull(text) : 0;
+        if (base == 0 || base > kLargest) {
+          std::cerr << "keval: --runner-uids wants 'shared' or a uid from 1 to " << kLargest
+                    << " (it and the next 4194304 uids are used), got '" << text << "'\n";
+          return kExitUsage;
+        }
+        serve_options.sandbox.runner_uid_base = static_cast<uint32_t>(base);
+      }
+    } else if (a == "--job-memory") {
       const std::string text = value("--job-memory");
       const auto bytes = keval::protocol::parse_byte_size(text);
       if (!bytes || *bytes < (16u << 20)) {

@@ -29,6 +29,17 @@ struct SandboxPolicy {
   // Who runs user code when keval runs as root (ignored otherwise: an ordinary user cannot switch).
   uint32_t job_uid = 65534;
   uint32_t job_gid = 65534;
+  // Each runner runs as a uid of its own, runner_uid_base + its pid (a pid is unique among live
+  // processes), with job_gid: RLIMIT_NPROC then counts that runner's processes alone (not every
+  // concurrent job's: one job's threads could otherwise fail another's honest kernel), and no
+  // runner can signal another job's processes. 0: every runner runs as job_uid. A base the
+  // machine cannot use (a user namespace that does not map it) falls back to job_uid, reported.
+  static constexpr uint32_t kLargestPid = 1u << 22; // PID_MAX_LIMIT on 64-bit Linux
+  // Above the uid ranges systemd hands out (containers end at 0x6FFFFFFF); uids stay below 2^31,
+  // which some tools read as signed.
+  static constexpr uint32_t kDefaultRunnerUidBase = 0x70000000;
+  static constexpr uint32_t kLargestRunnerUidBase = 0x7FFFFFFFu - kLargestPid;
+  uint32_t runner_uid_base = kDefaultRunnerUidBase;
   // Per process that runs user code, its descendants included where a cgroup holds them.
   uint64_t memory_bytes = 0; // 0: the default (default_job_memory())
   uint64_t max_processes = 1024;

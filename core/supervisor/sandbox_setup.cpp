@@ -143,6 +143,7 @@ SandboxPolicy prepare_host_sandbox(const SandboxOptions& options, const fs::path
   policy.memory_bytes =
       options.memory_bytes != 0 ? options.memory_bytes : protocol::default_job_memory();
   policy.max_processes = options.max_processes;
+  policy.runner_uid_base = options.runner_uid_base;
   const fs::path state = fs::absolute(state_dir);
   policy.private_dir = state.string();
   policy.work_root = (state / "work").string();
@@ -181,10 +182,18 @@ SandboxPolicy prepare_host_sandbox(const SandboxOptions& options, const fs::path
     // Structured bindings cannot be captured before C++20 compilers caught up (clang < 16).
     const uid_t job_uid = uid;
     const gid_t job_gid = gid;
+    // Runners of uids of their own (runner_uid_base) share the cache through the job gid: every
+    // entry group-writable (they run with umask 002), so one runner can rebuild what another
+    // built.
     const auto own = [job_uid, job_gid](const fs::path& path) {
       struct stat st {};
-      if (::lstat(path.c_str(), &st) == 0 && (st.st_uid != job_uid || st.st_gid != job_gid))
+      if (::lstat(path.c_str(), &st) != 0 || S_ISLNK(st.st_mode))
+        return;
+      if (st.st_uid != job_uid || st.st_gid != job_gid)
         ::lchown(path.c_str(), job_uid, job_gid);
+      if ((st.st_mode & S_IWGRP) == 0 || (S_ISDIR(st.st_mode) && (st.st_mode & S_IXGRP) == 0))
+        ::chmod(path.c_str(), (st.st_mode & 07777) | S_IRGRP | S_IWGRP |
+                                  (S_ISDIR(st.st_mode) || (st.st_mode & S_IXUSR) ? S_IXGRP : 0));
     };
     own(cache);
     for (auto it = fs::recursive_directory_iterator(cache, ec);

@@ -1,8 +1,8 @@
-// The host's half of the sandbox: turns `--sandbox`, `--job-user`, `--job-memory`, `--job-pids`
-// into the policy every keval-worker is started with, prepares what the job uid must reach (its
-// runners' directories, the shared build cache) and what it must not (the state directory), hands
-// a delegated cgroup v2 to the runners where this process may, and probes what the machine
-// actually applies so `keval serve` can say it once at start.
+// The host's half of the sandbox: turns `--sandbox`, `--job-user`, `--runner-uids`, `--job-memory`,
+// `--job-pids` into the policy every keval-worker is started with, prepares what the job uid must
+// reach (its runners' directories, the shared build cache) and what it must not (the state
+// directory), hands a delegated cgroup v2 to the runners where this process may, and probes what
+// the machine actually applies so `keval serve` can say it once at start.
 #pragma once
 
 #include "protocol/sandbox_policy.hpp"
@@ -22,6 +22,8 @@ struct SandboxOptions {
   std::string job_user = "nobody"; // NAME, UID or UID:GID; used when keval runs as root
   uint64_t memory_bytes = 0;       // 0: protocol::default_job_memory()
   uint64_t max_processes = 1024;
+  // Runners run as this + their pid (--runner-uids; 0: all as the job user's uid).
+  uint32_t runner_uid_base = protocol::SandboxPolicy::kDefaultRunnerUidBase;
 };
 
 class SandboxOptionError : public std::invalid_argument {
@@ -31,7 +33,8 @@ public:
 
 // The policy for workers of a host whose state lives in `state_dir`. Creates the work root and
 // the shared build cache; when keval runs as root and will switch to the job uid, makes the state
-// directory and work root traversable (0711: not listable) and the cache the job uid's. Also
+// directory and work root traversable (0711: not listable) and the cache the job uid's and
+// writable by the job gid (runners of their own uids share it through that group). Also
 // moves this process into a leaf of its cgroup when that is what it takes to delegate memory
 // and pids limits to runners (see the .cpp). Throws SandboxOptionError for a bad --job-user.
 protocol::SandboxPolicy prepare_host_sandbox(const SandboxOptions& options,

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <system_error>
 
 #include <boost/json/serialize.hpp>
@@ -138,6 +139,41 @@ void own_network(Report& report) {
           (mapped ? "" : " (uid map not written: " + std::string(std::strerror(errno)) + ")"));
 }
 
+// A uid of this runner's own (SandboxPolicy::runner_uid_base + pid), its directory made that
+// uid's; nullopt, with why, where the machine cannot give it one (a user namespace that maps only
+// some uids, as containers' do): the job uid then, shared with every other runner. Still root
+// here, and nothing but the trusted worker has written the directory yet.
+std::optional<uid_t> own_uid(const SandboxPolicy& policy, std::string& why) {
+  if (policy.runner_uid_base == 0)
+    return std::nullopt;
+  const pid_t pid = ::getpid();
+  if (pid <= 0 || static_cast<uint32_t>(pid) >= SandboxPolicy::kLargestPid ||
+      policy.runner_uid_base > SandboxPolicy::kLargestRunnerUidBase) {
+    why = "pid " + std::to_string(pid) + " is past the uids from " +
+          std::to_string(policy.runner_uid_base);
+    return std::nullopt;
+  }
+  const uid_t uid = policy.runner_uid_base + static_cast<uid_t>(pid);
+  const auto chown_all = [&policy](uid_t to, std::string& error) {
+    std::error_code ec;
+    std::vector<fs::path> paths{policy.runner_dir};
+    for (fs::recursive_directory_iterator it(policy.runner_dir, ec), end; !ec && it != end;
+         it.increment(ec))
+      paths.push_back(it->path());
+    for (const auto& path : paths)
+      if (::lchown(path.c_str(), to, policy.job_gid) != 0) {
+        error = errno_text("chown " + path.string() + " to uid " + std::to_string(to));
+        return false;
+      }
+    return true;
+  };
+  if (chown_all(uid, why))
+    return uid;
+  std::string ignored;
+  chown_all(policy.job_uid, ignored); // back to the job uid's, as the trusted worker left it
+  return std::nullopt;
+}
+
 // The job uid, when we are root. Tried on the effective ids first (the saved uid 0 lets us come
 // back): a uid that cannot read keval's own files or write the runner's directory would only make
 // every job fail, so the layer is reported skipped instead.
@@ -147,10 +183,13 @@ void switch_user(const SandboxPolicy& policy, const std::vector<std::string>& mu
     return report.add("user", false,
                       "keval runs as uid " + std::to_string(::getuid()) +
                           ", not root: user code runs as that uid (a dedicated uid needs root)");
-  const uid_t uid = policy.job_uid;
+  uid_t uid = policy.job_uid;
   const gid_t gid = policy.job_gid;
   if (uid == 0)
     return report.add("user", false, "--job-user is root");
+  std::string shared_uid_why;
+  if (const auto own = own_uid(policy, shared_uid_why))
+    uid = *own;
   if (::setgroups(0, nullptr) != 0 || ::setresgid(-1, gid, -1) != 0 ||
       ::setresuid(-1, uid, -1) != 0)
     return report.add("user", false, errno_text("switching to uid " + std::to_string(uid)));
@@ -175,9 +214,15 @@ void switch_user(const SandboxPolicy& policy, const std::vector<std::string>& mu
   }
   if (::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0)
     ::_exit(121); // half-switched ids are not a state to run anything in
+  const bool own = uid != policy.job_uid;
+  if (own)
+    ::umask(002); // what it adds to the shared build cache stays writable by the job gid
   report.add("user", true,
-             "uid " + std::to_string(uid) + ", gid " + std::to_string(gid) +
-                 ", no supplementary groups");
+             "uid " + std::to_string(uid) +
+                 (own ? " (its own: " + std::to_string(policy.runner_uid_base) + " + its pid)"
+                      : " (the job user's, shared by every runner" +
+                            (shared_uid_why.empty() ? "" : ": " + shared_uid_why) + ")") +
+                 ", gid " + std::to_string(gid) + ", no supplementary groups");
 }
 
 std::vector<std::string> writable_devices() {
@@ -443,7 +488,11 @@ json::object apply_sandbox(const SandboxPolicy& policy) {
       report.add("processes", true,
                  std::to_string(policy.max_processes) +
                      " processes and threads (RLIMIT_NPROC: counts every process of uid " +
-                     std::to_string(::getuid()) + ")");
+                     std::to_string(::getuid()) +
+                     (::getuid() == policy.job_uid || policy.runner_uid_base == 0
+                          ? ", which every runner shares"
+                          : ", this runner's own") +
+                     ")");
     else
       report.add("processes", false, e);
   }

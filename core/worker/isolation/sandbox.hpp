@@ -7,7 +7,8 @@
 //                (RLIMIT_DATA, RLIMIT_NPROC); RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CORE = 0 always;
 //                RLIMIT_CPU once the job's timeout is known (limit_cpu_time)
 //   network      its own network namespace with no interface up (a user namespace when not root)
-//   user         root only: the job uid/gid (--job-user), no supplementary groups
+//   user         root only: a uid of its own (runner_uid_base + pid, else the job uid) with the
+//                job gid (--job-user), no supplementary groups
 //   privileges   no_new_privs, every capability dropped, not dumpable
 //   filesystem   Landlock: reads everywhere but the state directory, writes only beneath its own
 //                directory, the shared build cache and /dev/shm; TCP and out-of-runner signals

@@ -1070,7 +1070,7 @@ private:
     try {
       current = std::make_unique<InputSet>(make_inputs(kWarmupTrials));
       for (auto& side : sides_) {
-        Timed t{side.get(), bind_remote(*side, *current)};
+        Timed t{side.get(), bind_remote(*side, *current), "", {}, Noise{}, 0, false};
         prepare_timer(t, true);
         timed.push_back(std::move(t));
       }

@@ -1,7 +1,6 @@
-# A reference that takes 20 ms per call (it sleeps, then computes ReLU): any honest candidate is
-# "faster" by orders of magnitude, which is what excessive_speedup is there to flag.
-import time
-
+# A reference that does its ReLU 500 times over, on the device it is given: an honest single
+# ReLU is "faster" by orders of magnitude, which is what excessive_speedup is there to flag.
+# (Not a sleep: on a GPU the timed replay holds only device work, so host time would not count.)
 import torch
 import torch.nn as nn
 
@@ -11,8 +10,9 @@ class Model(nn.Module):
         super().__init__()
 
     def forward(self, x):
-        time.sleep(0.02)
-        return torch.relu(x)
+        for _ in range(500):
+            y = torch.relu(x)
+        return y
 
 
 def get_inputs():

@@ -73,6 +73,8 @@ report = {
     "write_own_dir": attempt(lambda: write(os.path.join(os.getcwd(), "scratch.txt"))),
     "write_tmpdir": attempt(lambda: write(os.path.join(os.environ.get("TMPDIR", "/nonexistent"), "t"))),
     "uid": os.getuid(),
+    "gid": os.getgid(),
+    "pid": os.getpid(),
     "cwd": os.getcwd(),
     "home": os.environ.get("HOME"),
     "secret_variable": os.environ.get("KEVAL_ADVERSARIAL_SECRET"),

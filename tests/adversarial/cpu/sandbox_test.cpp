@@ -211,11 +211,18 @@ TEST_F(Sandbox, NoPrivilegesRemain) {
   EXPECT_EQ(probe().probe.at("seccomp").as_string(), "2"); // filter mode
 }
 
-TEST_F(Sandbox, UserCodeRunsAsTheJobUidWhenKevalIsRoot) {
+TEST_F(Sandbox, UserCodeRunsAsAUidOfItsOwnWithTheJobGroupWhenKevalIsRoot) {
   std::string why;
   if (!active("user", &why))
     GTEST_SKIP() << "user layer not applied here: " << why;
-  EXPECT_EQ(probe().probe.at("uid").to_number<int64_t>(), 65534); // --job-user default: nobody
+  const json::object& probed = probe().probe;
+  EXPECT_EQ(probed.at("gid").to_number<int64_t>(), 65534); // --job-user default: nobody
+  if (why.find("its own") == std::string::npos)
+    GTEST_SKIP() << "runners share the job uid here: " << why;
+  EXPECT_EQ(probed.at("uid").to_number<int64_t>(),
+            int64_t{protocol::SandboxPolicy::kDefaultRunnerUidBase} +
+                probed.at("pid").to_number<int64_t>())
+      << why;
 }
 
 TEST_F(Sandbox, TheEnvironmentIsScrubbedAndHomeIsItsOwnDirectory) {
@@ -255,6 +262,36 @@ TEST_F(Sandbox, AForkBombStopsAtTheProcessLimit) {
   EXPECT_LT(report.at("forked").to_number<int64_t>(), 64) << lines.front();
   EXPECT_EQ(report.at("error"), "EAGAIN") << lines.front();
   EXPECT_EQ(run.exit_code, 0) << describe(run); // it cleaned up after itself: still correct
+}
+
+// RLIMIT_NPROC counts every process of a uid: were runners to share one, a reference holding
+// threads (or a concurrent job's runners) would spend the candidate's process limit, and an honest
+// kernel could fail to start a thread. Runners of uids of their own count only their own.
+TEST_F(Sandbox, TheProcessLimitCountsTheRunnersOwnProcessesOnly) {
+  std::string why;
+  if (!active("processes", &why))
+    GTEST_SKIP() << "process limit not applied here: " << why;
+  if (why.find("every runner shares") != std::string::npos)
+    GTEST_SKIP() << "runners share one uid here, so they share its process count: " << why;
+  constexpr int kLimit = 128, kReferenceThreads = 48;
+  TempDir tmp;
+  const auto run = run_cli(
+      compare_request(kernel("torch", source("reference_holding_threads.py",
+                                             {{"THREADS", std::to_string(kReferenceThreads)}})),
+                      kernel("torch", source("fork_bomb.py", {{"ATTEMPTS", "400"}})),
+                      unique_id("own-count")),
+      tmp.path() / "state", {"--job-pids", std::to_string(kLimit)});
+  const auto lines = marker_lines(json::value(run.body), "KEVAL_FORKS ");
+  ASSERT_FALSE(lines.empty()) << describe(run);
+  const json::value report = parse_lenient(lines.front());
+  ASSERT_TRUE(report.is_object()) << lines.front();
+  const int64_t forked = report.at("forked").to_number<int64_t>();
+  const int64_t threads = report.at("threads").to_number<int64_t>();
+  EXPECT_EQ(report.at("error"), "EAGAIN") << lines.front();
+  // Its own threads and children reach the limit (a few threads may come and go meanwhile);
+  // counted with the reference's, they would stop it at least kReferenceThreads earlier.
+  EXPECT_GE(forked + threads, kLimit - 8) << lines.front();
+  EXPECT_EQ(run.exit_code, 0) << describe(run);
 }
 
 TEST_F(Sandbox, AStateDirectoryTheJobUidCannotReachRunsAsRootWithoutCapabilities) {
