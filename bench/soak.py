@@ -443,6 +443,10 @@ def main():
         parser.error(f"--jobs must be at least {2 * BATCH} (first and last batch of {BATCH})")
 
     tmp = Path(tempfile.mkdtemp(prefix="keval-soak-"))
+    # Traversable (not listable), as a state directory's parent must be for the job uid when
+    # keval runs as root: else the user layer is skipped and the soak runs a sandbox no
+    # deployment would.
+    tmp.chmod(0o711)
     socket_path = str(tmp / "keval.sock")
     log_path = tmp / "serve.log"
     max_body = args.max_body_mib << 20

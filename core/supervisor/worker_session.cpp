@@ -184,7 +184,10 @@ private:
   // Where a job's time goes, for `KEVAL_LOG_LEVEL=debug`.
   void trace(const std::string& what) {
     spdlog::debug("job {}: worker sent {} at {:.3f} s", launch_.job_id, what,
-                  std::chrono::duration<double>(Clock::now() - started_).count());
+                  seconds_since_start());
+  }
+  double seconds_since_start() const {
+    return std::chrono::duration<double>(Clock::now() - started_).count();
   }
 
   void on_message(const protocol::Hello& hello) {
@@ -370,6 +373,7 @@ private:
 
   void on_exit() {
     exited_ = true;
+    spdlog::debug("job {}: worker exited at {:.3f} s", launch_.job_id, seconds_since_start());
     timer_.cancel();
     terminate_timer_.cancel();
     const int status = process_->native_exit_code();
@@ -396,6 +400,7 @@ private:
     if (finished_ || !exited_ || !socket_closed_ || !out_closed_ || !err_closed_)
       return;
     finished_ = true;
+    spdlog::debug("job {}: session finished at {:.3f} s", launch_.job_id, seconds_since_start());
     drain_timer_.cancel();
     timer_.cancel();
     // What a worker killed mid-cleanup left (its own SIGTERM path removes the rest first).

@@ -160,12 +160,17 @@ public:
     const auto started = std::chrono::steady_clock::now();
     for (size_t i = 0; i < count; ++i)
       ready_.push_back(keval::worker::RunnerClient::spawn(worker_exe_, plugins, sandbox_));
-#ifdef KEVAL_HAVE_CUDA
-    opener_.start();
-#endif
     for (auto& runner : ready_)
       greet(*runner);
     const boost::json::object& first = hellos_.begin()->second;
+#ifdef KEVAL_HAVE_CUDA
+    // This process opens its device too, but only for a set whose runners did (a CUDA kernel
+    // type): a CPU set's worker that touched the driver held up every CUDA job's cuInit and took
+    // seconds to exit (the soak's CPU jobs: 15 s each on the H100).
+    if (const auto* opens = first.if_contains("opens_device"); opens && opens->is_bool() &&
+                                                                 opens->as_bool())
+      opener_.start();
+#endif
     if (const auto* done = first.if_contains("prewarmed"); done != nullptr && done->is_array())
       hello.prewarmed = done->as_array();
     if (const auto* errors = first.if_contains("prewarm_errors");

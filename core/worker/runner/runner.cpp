@@ -88,17 +88,21 @@ public:
     hello["prewarmed"] = std::move(done);
     if (!errors.empty())
       hello["prewarm_errors"] = std::move(errors);
-    prepare_engine();
+    hello["opens_device"] = prepare_engine();
   }
 
   // A runner started ahead of its job, for a CUDA kernel type, opens its device while it waits
-  // (see EngineOpener).
-  void prepare_engine() {
+  // (see EngineOpener). Only then: cuInit is serialised across the machine's processes, so one
+  // that no job of the set needs would cost every CUDA job its turn. Returns whether it did.
+  bool prepare_engine() {
 #ifdef KEVAL_HAVE_CUDA
     for (const auto& [path, plugin] : plugins_)
-      if (plugin->has(KEVAL_CAP_DEVICE_CUDA))
+      if (plugin->has(KEVAL_CAP_DEVICE_CUDA)) {
         opener_.start();
+        return true;
+      }
 #endif
+    return false;
   }
 
   void hello(json::object hello) {
