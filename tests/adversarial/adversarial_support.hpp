@@ -149,6 +149,29 @@ inline std::string text(const json::value& v) {
 }
 
 // The speedup reported, if any.
+// kernel_exec_result.metadata.flags ({name, reason, details, strict}), or none.
+inline const json::array& flags_of(const json::object& body) {
+  static const json::array none;
+  const auto* metadata = exec_result(body).if_contains("metadata");
+  const auto* flags = metadata != nullptr && metadata->is_object()
+                          ? metadata->as_object().if_contains("flags")
+                          : nullptr;
+  return flags != nullptr && flags->is_array() ? flags->as_array() : none;
+}
+
+inline const json::object* flag_named(const json::object& body, const std::string& name) {
+  for (const auto& f : flags_of(body))
+    if (f.is_object() && f.as_object().if_contains("name") &&
+        text(f.as_object().at("name")) == name)
+      return &f.as_object();
+  return nullptr;
+}
+
+inline std::string validation_error(const json::object& body) {
+  const auto* e = body.if_contains("validation_error");
+  return e != nullptr && e->is_string() ? std::string(e->as_string()) : std::string();
+}
+
 inline std::optional<double> speedup(const json::object& body) {
   return number_at(body, "speedup");
 }

@@ -31,28 +31,6 @@ json::object torch_evaluate(const std::string& candidate_file) {
                       {"job_id", unique_id("gamed-eval")}};
 }
 
-const json::array& flags_of(const json::object& body) {
-  static const json::array none;
-  const auto* metadata = exec_result(body).if_contains("metadata");
-  const auto* flags = metadata != nullptr && metadata->is_object()
-                          ? metadata->as_object().if_contains("flags")
-                          : nullptr;
-  return flags != nullptr && flags->is_array() ? flags->as_array() : none;
-}
-
-const json::object* flag_named(const json::object& body, const std::string& name) {
-  for (const auto& f : flags_of(body))
-    if (f.is_object() && f.as_object().if_contains("name") &&
-        text(f.as_object().at("name")) == name)
-      return &f.as_object();
-  return nullptr;
-}
-
-std::string validation_error(const json::object& body) {
-  const auto* e = body.if_contains("validation_error");
-  return e != nullptr && e->is_string() ? std::string(e->as_string()) : std::string();
-}
-
 TEST_F(GamedTiming, ACandidateThatStopsComputingAfterTheCorrectnessTrialsFailsATimedSample) {
   TempDir tmp;
   const auto run = run_mode(

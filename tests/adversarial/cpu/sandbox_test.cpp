@@ -152,8 +152,9 @@ TEST_F(Sandbox, EveryLayerIsReportedActiveOrSkippedWithItsReason) {
     std::string why;
     const bool on = active(layer, &why);
     EXPECT_FALSE(why.empty()) << layer << ": no detail";
-    if (!on)
+    if (!on) {
       EXPECT_TRUE(sandbox.at("skipped").as_object().contains(layer)) << layer;
+    }
   }
   EXPECT_TRUE(active("privileges")) << "never skipped: it keeps the verdict out of reach";
   EXPECT_TRUE(sandbox.contains("ref")) << "the reference's sandbox is reported beside it";

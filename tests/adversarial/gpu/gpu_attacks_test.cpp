@@ -30,7 +30,8 @@ protected:
     if (!keval::test::no_cuda_device_reason().empty())
       GTEST_SKIP() << "no CUDA device: " << keval::test::no_cuda_device_reason();
   }
-  // Skips unless the plugin of `type` was built (and, for Python types, `module` imports).
+  // Skips unless the plugin of `type` was built (and, for Python types, `module` imports); the
+  // caller returns on IsSkipped().
   void require(const std::string& type, const std::string& module = {}) {
     if (built_registry().find(type) == nullptr)
       GTEST_SKIP() << "the " << type << " plugin was not built";
@@ -74,6 +75,8 @@ json::value relu_triton_io() {
 
 TEST_F(GpuAttack, CudaKernelScanningDeviceMemoryFindsNoReferenceOutput) {
   require("cuda");
+  if (IsSkipped())
+    return;
   TempDir tmp;
   const auto request = compare_request(
       kernel("cuda", source("reference_vector_add.cu"), vector_add_io()),
@@ -87,6 +90,8 @@ TEST_F(GpuAttack, CudaKernelScanningDeviceMemoryFindsNoReferenceOutput) {
 TEST_F(GpuAttack, TorchCudaModelFoundThroughTheGarbageCollectorIsNotTheReference) {
   require("torch", "torch");
   require("torch_cuda");
+  if (IsSkipped())
+    return;
   TempDir tmp;
   const auto run =
       run_cli(relu_compare(source("gc_reference.py"), unique_id("gc-torch-cuda"), "torch_cuda"),
@@ -98,6 +103,8 @@ TEST_F(GpuAttack, TorchCudaModelFoundThroughTheGarbageCollectorIsNotTheReference
 TEST_F(GpuAttack, TritonSourceForgingFramesAtImportMakesNoVerdict) {
   require("torch", "torch");
   require("triton", "triton");
+  if (IsSkipped())
+    return;
   TempDir tmp;
   const auto request =
       compare_request(kernel("torch", source("reference_relu.py")),
@@ -112,6 +119,8 @@ TEST_F(GpuAttack, TritonSourceForgingFramesAtImportMakesNoVerdict) {
 // The honest control on the GPU: the cuda reference against itself is correct.
 TEST_F(GpuAttack, HonestCudaControlIsCorrect) {
   require("cuda");
+  if (IsSkipped())
+    return;
   TempDir tmp;
   const auto request = compare_request(
       kernel("cuda", source("reference_vector_add.cu"), vector_add_io()),
