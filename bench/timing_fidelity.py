@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""keval's kernel times against the hardware's, side by side (issue 13, item 6).
+
+For three cuda kernels of different sizes it prints, per kernel:
+  keval     the median of `keval evaluate`'s timed samples (runtime_stats: median, method);
+  ncu       the median of Nsight Compute's gpu__time_duration.sum over --launches launches of the
+            same source (cupy.RawKernel, the same grid, block and sizes) in a plain process;
+  ratio     keval / ncu: 1.00 is the hardware's own time, above it what keval's timing adds.
+Then KernelBench's add example (examples/torch_cuda_kernelbench_add.json) through `keval compare`:
+both sides' methods and medians.
+
+Needs a CUDA device, `ncu` on PATH (or --ncu) and cupy. Never changes clocks.
+usage: bench/timing_fidelity.py [--keval build/bin/keval] [--launches 20] [--json FILE]
+"""
+import argparse
+import csv
+import io
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+VECTOR_ADD = r"""
+extern "C" __global__ void k(const float* x, const float* y, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = x[i] + y[i];
+}"""
+POLYNOMIAL = r"""
+extern "C" __global__ void k(const float* x, const float* y, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    float v = x[i];
+    float acc = y[i];
+    for (int j = 0; j < 16; ++j) acc = acc * v + 0.5f;
+    out[i] = acc;
+  }
+}"""
+# name, source, elements: about 6 us, 60 us and 500 us on an H100
+KERNELS = [
+    ("vector_add_1M", VECTOR_ADD, 1 << 20),
+    ("vector_add_16M", VECTOR_ADD, 1 << 24),
+    ("polynomial_64M", POLYNOMIAL, 1 << 26),
+]
+BLOCK = 256
+
+NCU_SIDE = r"""
+import sys, cupy as cp
+n = int(sys.argv[1]); launches = int(sys.argv[3])
+kernel = cp.RawKernel(open(sys.argv[2]).read(), "k")
+x = cp.random.standard_normal(n, dtype=cp.float32); y = cp.random.standard_normal(n, dtype=cp.float32)
+out = cp.empty_like(x)
+for _ in range(launches):
+    kernel(((n + 255) // 256,), (256,), (x, y, out, cp.int32(n)))
+cp.cuda.Device().synchronize()
+"""
+
+
+def keval_request(source, n):
+    tensor = lambda name, role: {"name": name, "type": "tensor", "role": role, "tensor_spec": {
+        "shape": [n], "dtype": "float32", **({"init": {"kind": "randn"}} if role == "input" else {})}}
+    return {"kernel": {"source_code": source, "kernel_type": "cuda", "metadata": {"kernel_name": "k"},
+                       "io": {"args": [tensor("x", "input"), tensor("y", "input"),
+                                       tensor("out", "output"), {"name": "n", "type": "int", "value": n}],
+                              "launch": {"grid": {"x": (n + BLOCK - 1) // BLOCK}, "block": {"x": BLOCK}}}},
+            "num_trials": 100, "timeout": 300}
+
+
+def run_keval(keval, mode, request, tmp):
+    path = Path(tmp) / f"{mode}.json"
+    path.write_text(json.dumps(request))
+    r = subprocess.run([keval, mode, str(path)], capture_output=True, text=True, timeout=600)
+    try:
+        return json.loads(r.stdout)
+    except json.JSONDecodeError:
+        sys.exit(f"timing_fidelity: keval {mode} printed no result (exit {r.returncode}):\n{r.stderr[-3000:]}")
+
+
+def ncu_median_us(ncu, source, n, launches, tmp):
+    src = Path(tmp) / "k.cu"
+    src.write_text(source)
+    side = Path(tmp) / "side.py"
+    side.write_text(NCU_SIDE)
+    r = subprocess.run([ncu, "--metrics", "gpu__time_duration.sum", "--csv", "--print-units", "base",
+                        sys.executable, str(side), str(n), str(src), str(launches)],
+                       capture_output=True, text=True, timeout=600)
+    rows = [row for row in csv.DictReader(io.StringIO(r.stdout[r.stdout.find('"ID"'):]))
+            if row.get("Metric Name") == "gpu__time_duration.sum" and row.get("Kernel Name", "").startswith("k")]
+    if not rows:
+        sys.exit(f"timing_fidelity: ncu measured no kernel (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3}
+    values = [float(row["Metric Value"].replace(",", "")) * scale.get(row.get("Metric Unit", "nsecond"), 1e-3)
+              for row in rows]
+    return statistics.median(values), len(values)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keval", default=str(ROOT / "build/bin/keval"))
+    parser.add_argument("--ncu", default=shutil.which("ncu") or "/usr/local/cuda/bin/ncu")
+    parser.add_argument("--launches", type=int, default=20)
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args()
+    if not Path(args.ncu).exists():
+        sys.exit(f"timing_fidelity: no ncu at {args.ncu} (--ncu PATH)")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="keval-fidelity-") as tmp:
+        print(f"{'kernel':16s} {'elements':>10s} {'keval us':>10s} {'method':>11s} {'ncu us':>10s} {'ratio':>7s}")
+        for name, source, n in KERNELS:
+            result = run_keval(args.keval, "evaluate", keval_request(source, n), tmp)
+            stats = result.get("kernel_exec_result", {}).get("runtime_stats", {})
+            if "median" not in stats:
+                sys.exit(f"timing_fidelity: {name}: keval reported no time: {json.dumps(result)[:2000]}")
+            keval_us = stats["median"] * 1e3
+            ncu_us, measured = ncu_median_us(args.ncu, source, n, args.launches, tmp)
+            row = {"kernel": name, "elements": n, "keval_us": keval_us, "keval_method": stats.get("method"),
+                   "ncu_us": ncu_us, "ncu_launches": measured, "ratio": keval_us / ncu_us}
+            rows.append(row)
+            print(f"{name:16s} {n:10d} {keval_us:10.2f} {row['keval_method']:>11s} {ncu_us:10.2f} {row['ratio']:7.3f}")
+        example = json.loads((ROOT / "examples/torch_cuda_kernelbench_add.json").read_text())
+        result = run_keval(args.keval, "compare", example, tmp)
+        ref = result.get("ref_runtime") or {}
+        cand = result.get("kernel_exec_result", {}).get("runtime_stats", {})
+        print(f"\nKernelBench add (torch_cuda): reference {ref.get('method')} median "
+              f"{ref.get('median', float('nan')) * 1e3:.2f} us; candidate {cand.get('method')} median "
+              f"{cand.get('median', float('nan')) * 1e3:.2f} us; speedup {result.get('speedup')}")
+        rows.append({"kernel": "kernelbench_add", "reference": ref, "candidate": cand,
+                     "speedup": result.get("speedup")})
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
