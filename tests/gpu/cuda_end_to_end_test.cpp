@@ -22,9 +22,7 @@ using result::Verdict;
 class CudaEndToEnd : public ::testing::Test {
 protected:
   void SetUp() override {
-    static const std::string reason = keval::test::no_cuda_device_reason();
-    if (!reason.empty())
-      GTEST_SKIP() << "no CUDA device: " << reason;
+    KEVAL_SKIP_WITHOUT_CUDA_DEVICE();
     ASSERT_NE(built_registry().find("cuda"), nullptr) << "the cuda plugin was not built";
   }
 };

@@ -19,9 +19,7 @@ namespace {
 class PythonGpu : public ::testing::Test {
 protected:
   void SetUp() override {
-    static const std::string reason = keval::test::no_cuda_device_reason();
-    if (!reason.empty())
-      GTEST_SKIP() << "no CUDA device: " << reason;
+    KEVAL_SKIP_WITHOUT_CUDA_DEVICE();
     if (!torch_problem().empty())
       GTEST_SKIP() << "torch not importable: " << torch_problem();
     ASSERT_NE(built_registry().find("torch"), nullptr) << "the torch plugin was not built";

@@ -35,9 +35,7 @@ const std::filesystem::path& suite_cache() {
 class TorchCudaGpu : public ::testing::Test {
 protected:
   void SetUp() override {
-    static const std::string reason = keval::test::no_cuda_device_reason();
-    if (!reason.empty())
-      GTEST_SKIP() << "no CUDA device: " << reason;
+    KEVAL_SKIP_WITHOUT_CUDA_DEVICE();
     if (!torch_problem().empty())
       GTEST_SKIP() << "torch not importable: " << torch_problem();
     ASSERT_NE(built_registry().find("torch_cuda"), nullptr) << "torch_cuda plugin not built";

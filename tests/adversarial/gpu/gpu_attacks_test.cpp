@@ -26,10 +26,7 @@ std::string python_problem(const std::string& module) {
 
 class GpuAttack : public ::testing::Test {
 protected:
-  void SetUp() override {
-    if (!keval::test::no_cuda_device_reason().empty())
-      GTEST_SKIP() << "no CUDA device: " << keval::test::no_cuda_device_reason();
-  }
+  void SetUp() override { KEVAL_SKIP_WITHOUT_CUDA_DEVICE(); }
   // Skips unless the plugin of `type` was built (and, for Python types, `module` imports); the
   // caller returns on IsSkipped().
   void require(const std::string& type, const std::string& module = {}) {

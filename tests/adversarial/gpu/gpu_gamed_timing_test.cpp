@@ -36,10 +36,7 @@ std::string method_of(const json::value& stats) {
 
 class GpuGamedTiming : public ::testing::Test {
 protected:
-  void SetUp() override {
-    if (!keval::test::no_cuda_device_reason().empty())
-      GTEST_SKIP() << "no CUDA device: " << keval::test::no_cuda_device_reason();
-  }
+  void SetUp() override { KEVAL_SKIP_WITHOUT_CUDA_DEVICE(); }
   // Skips (the caller returns on IsSkipped()) unless the plugin of `type` was built and, for the
   // Python types, the embedded interpreter imports torch.
   void require(const std::string& type) {

@@ -1,5 +1,7 @@
 // The CUDA engine. Availability and creation errors are checked everywhere; everything else needs
 // a GPU and skips, with the probe's reason, when none is usable.
+#include "support/cuda_device.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -89,8 +91,11 @@ class CudaEngineTest : public ::testing::Test {
 protected:
   void SetUp() override {
     const CudaAvailability probe = probe_cuda();
-    if (!probe.usable)
+    if (!probe.usable) {
+      if (keval::test::gpu_required())
+        GTEST_FAIL() << "KEVAL_REQUIRE_GPU=1 but no CUDA device: " << probe.reason;
       GTEST_SKIP() << "no CUDA device: " << probe.reason;
+    }
     arch_ = probe.arch_of_first;
     engine_ = make_cuda_engine(0);
   }

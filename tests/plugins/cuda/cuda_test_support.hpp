@@ -2,6 +2,7 @@
 #pragma once
 
 #include "cuda_plugin/cuda_kernel.hpp"
+#include "support/scoped_env.hpp"
 
 #include <atomic>
 #include <cstdlib>
@@ -39,28 +40,7 @@ private:
   std::filesystem::path path_;
 };
 
-// Sets (or, with nullopt, unsets) an environment variable for one scope.
-class ScopedEnv {
-public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name))
-      old_ = old;
-    if (value)
-      ::setenv(name, value->c_str(), 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
-private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using keval::test::ScopedEnv;
 
 // One float vector, an output and a count, as most tests here pass.
 inline const char* kVectorIo = R"({

@@ -45,9 +45,7 @@ private:
 class CudaDevice : public ::testing::Test {
 protected:
   void SetUp() override {
-    static const std::string reason = keval::test::no_cuda_device_reason();
-    if (!reason.empty())
-      GTEST_SKIP() << "no CUDA device: " << reason;
+    KEVAL_SKIP_WITHOUT_CUDA_DEVICE();
     const auto& d = cuda::driver();
     cuda::check(d.cuDeviceGet(&device_, 0), "cuDeviceGet");
     cuda::check(d.cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");

@@ -2,6 +2,7 @@
 // runs in one interpreter per side, and the interpreter is the one KEVAL_PYTHON names (virtual
 // environments included) or the build's.
 #include "python_test_support.hpp"
+#include "support/scoped_env.hpp"
 
 #include "request/parse.hpp"
 
@@ -21,25 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Sets an environment variable for one scope (the worker inherits the test's environment).
-class ScopedEnv {
-public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name))
-      old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
-private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using keval::test::ScopedEnv;
 
 TEST(PythonRuntime, ManifestDoesNotStartPython) {
   for (const char* path :
