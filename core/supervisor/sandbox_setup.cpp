@@ -149,8 +149,7 @@ SandboxPolicy prepare_host_sandbox(const SandboxOptions& options, const fs::path
   policy.work_root = (state / "work").string();
   fs::create_directories(policy.work_root);
 
-  const bool switches_user =
-      ::geteuid() == 0 && options.mode != SandboxMode::off && policy.job_uid != 0;
+  const bool switches_user = protocol::switches_user(policy);
   // The torch_cuda build cache is shared by jobs (a build is tens of seconds; a hit, none):
   // $KEVAL_CACHE_DIR, else $XDG_CACHE_HOME/keval or ~/.cache/keval as before, except when the job
   // uid could not reach that (root's home): then /var/cache/keval, the job uid's (or, where that

@@ -67,13 +67,6 @@ enum RuleFlag : uint8_t {
   kAnyScope = 2, // in any namespace; otherwise only unqualified, std:: or ::
 };
 
-struct Rule {
-  std::string_view name;
-  Pattern pattern;
-  const char* reason;
-  uint8_t flags = 0;
-};
-
 // Rules on the last part of a name.
 constexpr std::array kNameRules = {
     Rule{"cudaEventElapsedTime", Pattern::timing_patch, kTiming, kAnyScope},
@@ -279,24 +272,14 @@ constexpr std::array kHeaders = {
     Header{"pybind11/eval.h", Pattern::dynamic_code, kDynamic},
 };
 
-template <size_t N>
-std::unordered_map<std::string_view, const Rule*> index_rules(const std::array<Rule, N>& rules) {
-  std::unordered_map<std::string_view, const Rule*> index;
-  for (const Rule& rule : rules)
-    index.emplace(rule.name, &rule);
-  return index;
-}
-
 const Rule* find_name_rule(std::string_view name) {
-  static const auto index = index_rules(kNameRules);
-  auto it = index.find(name);
-  return it == index.end() ? nullptr : it->second;
+  static const RuleIndex index = index_rules(kNameRules);
+  return find_rule(index, name);
 }
 
 const Rule* find_qualified_rule(std::string_view name) {
-  static const auto index = index_rules(kQualifiedRules);
-  auto it = index.find(name);
-  return it == index.end() ? nullptr : it->second;
+  static const RuleIndex index = index_rules(kQualifiedRules);
+  return find_rule(index, name);
 }
 
 // ---------------------------------------------------------------------------------------------

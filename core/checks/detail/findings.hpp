@@ -3,6 +3,8 @@
 // that both passes share.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -60,6 +62,31 @@ private:
   std::vector<std::string> subjects_;
   std::unordered_map<std::string, uint32_t> subject_index_;
 };
+
+// A name a pass looks for, the pattern it stands for and why. `flags` are the pass's own (when the
+// name counts: only called, in any namespace, ...).
+struct Rule {
+  std::string_view name;
+  Pattern pattern;
+  const char* reason;
+  uint8_t flags = 0;
+};
+
+using RuleIndex = std::unordered_map<std::string_view, const Rule*>;
+
+// A table of rules by name, built once per table by the pass that owns it.
+template <size_t N> RuleIndex index_rules(const std::array<Rule, N>& rules) {
+  RuleIndex index;
+  for (const Rule& rule : rules)
+    index.emplace(rule.name, &rule);
+  return index;
+}
+
+// The rule named `name`, or nullptr.
+inline const Rule* find_rule(const RuleIndex& index, std::string_view name) {
+  const auto it = index.find(name);
+  return it == index.end() ? nullptr : it->second;
+}
 
 // Checks on the contents [begin, end) of one string literal of `text` that starts on `line`:
 // /proc and /dev paths, LD_PRELOAD, keval's frame magic, a CUDA function named as a whole string

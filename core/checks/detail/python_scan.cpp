@@ -611,13 +611,6 @@ enum RuleFlag : uint8_t {
   kCall = 1, // only when called: `open(...)`, not a variable named open
 };
 
-struct Rule {
-  std::string_view name;
-  Pattern pattern;
-  const char* reason;
-  uint8_t flags = 0;
-};
-
 // Rules on what a dotted name stands for once aliases are followed; a rule names a module or
 // anything under it (longest match wins). Only names that an import binds are looked up here,
 // so a local variable called `signal` is not the signal module.
@@ -821,23 +814,15 @@ constexpr std::array kAttributeRules = {
     Rule{"forkpty", Pattern::multiprocessing, kProcess, kCall},
 };
 
-template <size_t N>
-std::unordered_map<std::string_view, const Rule*> index_rules(const std::array<Rule, N>& rules) {
-  std::unordered_map<std::string_view, const Rule*> index;
-  for (const Rule& rule : rules)
-    index.emplace(rule.name, &rule);
-  return index;
-}
-
-const std::unordered_map<std::string_view, const Rule*>& module_rules() {
+const RuleIndex& module_rules() {
   static const auto index = index_rules(kModuleRules);
   return index;
 }
-const std::unordered_map<std::string_view, const Rule*>& builtin_rules() {
+const RuleIndex& builtin_rules() {
   static const auto index = index_rules(kBuiltinRules);
   return index;
 }
-const std::unordered_map<std::string_view, const Rule*>& attribute_rules() {
+const RuleIndex& attribute_rules() {
   static const auto index = index_rules(kAttributeRules);
   return index;
 }
@@ -845,10 +830,9 @@ const std::unordered_map<std::string_view, const Rule*>& attribute_rules() {
 // The longest rule that `path` falls under (os.spawn*, os.exec* and os.posix_spawn* by prefix).
 const Rule* match_module(std::string_view path) {
   static constexpr Rule kSpawn{"os.spawn", Pattern::multiprocessing, kProcess};
-  const auto& rules = module_rules();
   for (std::string_view prefix = path;;) {
-    if (auto it = rules.find(prefix); it != rules.end())
-      return it->second;
+    if (const Rule* rule = find_rule(module_rules(), prefix))
+      return rule;
     const size_t dot = prefix.rfind('.');
     if (dot == std::string_view::npos)
       break;
@@ -858,12 +842,6 @@ const Rule* match_module(std::string_view path) {
     if (path.substr(0, family.size()) == family)
       return &kSpawn;
   return nullptr;
-}
-
-const Rule* find_rule(const std::unordered_map<std::string_view, const Rule*>& rules,
-                      std::string_view name) {
-  auto it = rules.find(name);
-  return it == rules.end() ? nullptr : it->second;
 }
 
 bool is_timing_path(std::string_view path) {

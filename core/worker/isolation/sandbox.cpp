@@ -316,9 +316,7 @@ SandboxPolicy place_runner(const SandboxPolicy& policy) {
   ::mkdir((dir / "tmp").c_str(), 0700);
   runner.runner_dir = dir.string();
   remove_on_termination(dir);
-  const bool switches_user =
-      ::geteuid() == 0 && policy.mode != SandboxMode::off && policy.job_uid != 0;
-  if (switches_user) {
+  if (protocol::switches_user(policy)) {
     for (const auto& path : {dir, dir / "tmp"})
       if (::chown(path.c_str(), policy.job_uid, policy.job_gid) != 0)
         throw std::system_error(errno, std::generic_category(), "chown " + path.string());
