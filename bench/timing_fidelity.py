@@ -2,10 +2,14 @@
 """keval's kernel times against the hardware's, side by side (issue 13, item 6).
 
 For three cuda kernels of different sizes it prints, per kernel:
-  keval     the median of `keval evaluate`'s timed samples (runtime_stats: median, method);
+  e2e       the median of `keval evaluate`'s timed samples (runtime_stats: median, method): the
+            end-to-end time between the events around a sample;
+  kernel    the median of keval's kernel time (metadata.profiling.device_work.custom.kernel_time:
+            the time the process's device work ran in each sample, from CUPTI's trace);
   ncu       the median of Nsight Compute's gpu__time_duration.sum over --launches launches of the
-            same source (cupy.RawKernel, the same grid, block and sizes) in a plain process;
-  ratio     keval / ncu: 1.00 is the hardware's own time, above it what keval's timing adds.
+            same source (cupy.RawKernel, the same grid, block and sizes) in a plain process, the
+            clocks left as they are (--clock-control none);
+  ratios    e2e / ncu and kernel / ncu: 1.00 is the hardware's own time.
 Then KernelBench's add example (examples/torch_cuda_kernelbench_add.json) through `keval compare`:
 both sides' methods and medians.
 
@@ -85,7 +89,11 @@ def ncu_median_us(ncu, source, n, launches, tmp):
     src.write_text(source)
     side = Path(tmp) / "side.py"
     side.write_text(NCU_SIDE)
-    r = subprocess.run([ncu, "--metrics", "gpu__time_duration.sum", "--csv", "--print-units", "base",
+    # --clock-control none: ncu would otherwise lock the GPU to its base clock while it measures
+    # (on an H100 about 20 % below the boost clock keval's samples run at), and clocks are never
+    # to be changed on a shared machine.
+    r = subprocess.run([ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
+                        "--csv", "--print-units", "base",
                         sys.executable, str(side), str(n), str(src), str(launches)],
                        capture_output=True, text=True, timeout=600)
     rows = [row for row in csv.DictReader(io.StringIO(r.stdout[r.stdout.find('"ID"'):]))
@@ -109,27 +117,57 @@ def main():
         sys.exit(f"timing_fidelity: no ncu at {args.ncu} (--ncu PATH)")
     rows = []
     with tempfile.TemporaryDirectory(prefix="keval-fidelity-") as tmp:
-        print(f"{'kernel':16s} {'elements':>10s} {'keval us':>10s} {'method':>11s} {'ncu us':>10s} {'ratio':>7s}")
+        print(f"{'kernel':16s} {'elements':>10s} {'e2e us':>9s} {'method':>11s} {'kernel us':>10s} "
+              f"{'ncu us':>9s} {'e2e/ncu':>8s} {'kern/ncu':>9s}")
         for name, source, n in KERNELS:
             result = run_keval(args.keval, "evaluate", keval_request(source, n), tmp)
             stats = result.get("kernel_exec_result", {}).get("runtime_stats", {})
             if "median" not in stats:
                 sys.exit(f"timing_fidelity: {name}: keval reported no time: {json.dumps(result)[:2000]}")
             keval_us = stats["median"] * 1e3
+            work = (result["kernel_exec_result"].get("metadata", {}).get("profiling", {})
+                    .get("device_work", {}).get("custom", {}))
+            kernel_us = work["kernel_time"]["median"] * 1e3 if "kernel_time" in work else float("nan")
             ncu_us, measured = ncu_median_us(args.ncu, source, n, args.launches, tmp)
             row = {"kernel": name, "elements": n, "keval_us": keval_us, "keval_method": stats.get("method"),
-                   "ncu_us": ncu_us, "ncu_launches": measured, "ratio": keval_us / ncu_us}
+                   "keval_kernel_us": kernel_us, "untraced": work.get("reason"),
+                   "ncu_us": ncu_us, "ncu_launches": measured, "ratio": keval_us / ncu_us,
+                   "kernel_ratio": kernel_us / ncu_us}
             rows.append(row)
-            print(f"{name:16s} {n:10d} {keval_us:10.2f} {row['keval_method']:>11s} {ncu_us:10.2f} {row['ratio']:7.3f}")
+            print(f"{name:16s} {n:10d} {keval_us:9.2f} {row['keval_method']:>11s} {kernel_us:10.2f} "
+                  f"{ncu_us:9.2f} {row['ratio']:8.3f} {row['kernel_ratio']:9.3f}"
+                  + (f"  (not traced: {work['reason']})" if "reason" in work else ""))
+        # What tracing costs the end-to-end time: the smallest kernel again, untraced.
+        name, source, n = KERNELS[0]
+        traced_us = rows[0]["keval_us"]
+        request = dict(keval_request(source, n), device_trace=False)
+        untraced = run_keval(args.keval, "evaluate", request, tmp)["kernel_exec_result"]["runtime_stats"]
+        untraced_us = untraced["median"] * 1e3
+        print(f"\n{name} end to end: traced {traced_us:.2f} us, untraced (device_trace: false) "
+              f"{untraced_us:.2f} us, traced / untraced {traced_us / untraced_us:.3f}")
+        rows.append({"kernel": name, "e2e_traced_us": traced_us, "e2e_untraced_us": untraced_us})
         example = json.loads((ROOT / "examples/torch_cuda_kernelbench_add.json").read_text())
         result = run_keval(args.keval, "compare", example, tmp)
         ref = result.get("ref_runtime") or {}
         cand = result.get("kernel_exec_result", {}).get("runtime_stats", {})
+        work = (result.get("kernel_exec_result", {}).get("metadata", {}).get("profiling", {})
+                .get("device_work", {}))
+        kernel_median = lambda side: work.get(side, {}).get("kernel_time", {}).get("median", float("nan")) * 1e3
         print(f"\nKernelBench add (torch_cuda): reference {ref.get('method')} median "
-              f"{ref.get('median', float('nan')) * 1e3:.2f} us; candidate {cand.get('method')} median "
-              f"{cand.get('median', float('nan')) * 1e3:.2f} us; speedup {result.get('speedup')}")
+              f"{ref.get('median', float('nan')) * 1e3:.2f} us (kernel {kernel_median('ref'):.2f} us); "
+              f"candidate {cand.get('method')} median {cand.get('median', float('nan')) * 1e3:.2f} us "
+              f"(kernel {kernel_median('custom'):.2f} us); speedup {result.get('speedup')}, "
+              f"kernel speedup {work.get('kernel_speedup')}")
         rows.append({"kernel": "kernelbench_add", "reference": ref, "candidate": cand,
-                     "speedup": result.get("speedup")})
+                     "speedup": result.get("speedup"), "device_work": work})
+        untraced = run_keval(args.keval, "compare", dict(example, device_trace=False), tmp)
+        u_ref = untraced.get("ref_runtime") or {}
+        u_cand = untraced.get("kernel_exec_result", {}).get("runtime_stats", {})
+        print(f"KernelBench add untraced: reference {u_ref.get('method')} median "
+              f"{u_ref.get('median', float('nan')) * 1e3:.2f} us; candidate {u_cand.get('method')} median "
+              f"{u_cand.get('median', float('nan')) * 1e3:.2f} us; speedup {untraced.get('speedup')}")
+        rows.append({"kernel": "kernelbench_add_untraced", "reference": u_ref, "candidate": u_cand,
+                     "speedup": untraced.get("speedup")})
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

@@ -41,6 +41,10 @@ Loaded load() {
 #define KEVAL_CUDA_RESOLVE(name) resolve(#name, reinterpret_cast<void**>(&out.api.name));
   KEVAL_CUDA_DRIVER_FUNCTIONS(KEVAL_CUDA_RESOLVE)
 #undef KEVAL_CUDA_RESOLVE
+#define KEVAL_CUDA_RESOLVE_VERSIONED(name, versioned)                                              \
+  resolve(#name, reinterpret_cast<void**>(&out.api.name));
+  KEVAL_CUDA_DRIVER_VERSIONED_FUNCTIONS(KEVAL_CUDA_RESOLVE_VERSIONED)
+#undef KEVAL_CUDA_RESOLVE_VERSIONED
   return out;
 }
 

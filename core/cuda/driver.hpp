@@ -54,6 +54,9 @@ namespace keval::cuda {
   X(cuMemExportToShareableHandle)                                                                  \
   X(cuMemImportFromShareableHandle)                                                                \
   X(cuMemFree)                                                                                     \
+  X(cuMemHostAlloc)                                                                                \
+  X(cuMemFreeHost)                                                                                 \
+  X(cuMemHostGetDevicePointer)                                                                     \
   X(cuMemGetInfo)                                                                                  \
   X(cuMemcpyHtoD)                                                                                  \
   X(cuMemcpyHtoDAsync)                                                                             \
@@ -76,10 +79,20 @@ namespace keval::cuda {
   X(cuFuncGetParamInfo)                                                                            \
   X(cuLaunchKernel)
 
+// Entry points whose version for these headers takes other arguments than the unversioned
+// declaration, with no macro in cuda.h mapping one onto the other: cuGetProcAddress hands out
+// that version for the base name, so the member is typed as it. (Calling cuCtxSynchronize's
+// CUDA 13 version, which takes the context, through the old type passed it garbage: "context
+// is destroyed" on the H100.)
+#define KEVAL_CUDA_DRIVER_VERSIONED_FUNCTIONS(X) X(cuCtxSynchronize, cuCtxSynchronize_v2)
+
 struct DriverApi {
 #define KEVAL_CUDA_DECLARE(name) decltype(&::name) name = nullptr;
   KEVAL_CUDA_DRIVER_FUNCTIONS(KEVAL_CUDA_DECLARE)
 #undef KEVAL_CUDA_DECLARE
+#define KEVAL_CUDA_DECLARE_VERSIONED(name, versioned) decltype(&::versioned) name = nullptr;
+  KEVAL_CUDA_DRIVER_VERSIONED_FUNCTIONS(KEVAL_CUDA_DECLARE_VERSIONED)
+#undef KEVAL_CUDA_DECLARE_VERSIONED
 };
 
 // The driver could not be loaded (no libcuda.so.1, or too old for these headers).

@@ -267,6 +267,8 @@ void tag_invoke(json::value_from_tag, json::value& v, const ProfileReport& r) {
     o["checks"] = r.checks;
   if (!r.sampling.empty())
     o["sampling"] = r.sampling;
+  if (!r.device_work.empty())
+    o["device_work"] = r.device_work;
   v = std::move(o);
 }
 
@@ -284,6 +286,7 @@ ProfileReport tag_invoke(json::value_to_tag<ProfileReport>, const json::value& v
   r.flags = array_or_empty(o, "flags");
   r.checks = object_or_empty(o, "checks");
   r.sampling = object_or_empty(o, "sampling");
+  r.device_work = object_or_empty(o, "device_work");
   return r;
 }
 

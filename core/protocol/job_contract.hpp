@@ -115,8 +115,13 @@ struct ProfileReport {
   boost::json::array flags;
   // How the timed samples were fed and checked: {"fresh_inputs", "checked_samples", ...}.
   boost::json::object checks;
-  // Why sampling stopped: {"stopped_by": "count" | "noise", "samples", "noise_percent"{side}}.
+  // Why sampling stopped: {"stopped_by": "count" | "noise", "samples", "noise_percent"{side}},
+  // and the SM clock while it ran: {"throttled_samples", "sm_clock_mhz"{min, median, max_rated}}.
   boost::json::object sampling;
+  // What each side's timed samples did on the device, from a trace of its process (CUPTI):
+  // {side: {traced, reason? | kernel_time{...}, work[...], outside{samples, total_ms}},
+  //  kernel_speedup?}.
+  boost::json::object device_work;
 };
 
 // What the host keeps of a job's phases as they arrive.

@@ -105,13 +105,14 @@ struct Tolerance {
 // kernel_exec_result.metadata.flags); a request's `strict` turns the named ones into
 // correctness: false. Names are part of the API.
 inline constexpr std::string_view kFlagNames[] = {
-    "excessive_speedup",    // the speedup is above excessive_speedup_threshold
-    "library_only",         // the candidate's timed kernels all come from libraries
-    "precision",            // passes the request's tolerance but not the dtype's strict default
-    "degenerate_check",     // the reference's outputs cannot tell a wrong kernel from a right one
-    "output_aliases_input", // the candidate returned (a copy of) one of its inputs
-    "static",               // its source holds patterns that game timing or checks
-    "constant_output",      // evaluate: its outputs did not change when its inputs did
+    "excessive_speedup",     // the speedup is above excessive_speedup_threshold
+    "library_only",          // the candidate's timed kernels all come from libraries
+    "precision",             // passes the request's tolerance but not the dtype's strict default
+    "degenerate_check",      // the reference's outputs cannot tell a wrong kernel from a right one
+    "output_aliases_input",  // the candidate returned (a copy of) one of its inputs
+    "static",                // its source holds patterns that game timing or checks
+    "constant_output",       // evaluate: its outputs did not change when its inputs did
+    "work_after_completion", // its device work ran outside the timed window (added to the time)
 };
 
 // POST /evaluate and POST /compare, one type: `ref` is present only for compare.
@@ -133,6 +134,10 @@ struct EvalRequest {
   // many percent (nvbench's --max-noise idea), after min_samples; num_trials stays the cap.
   std::optional<double> max_noise_percent;
   int64_t min_samples = 10;
+  // keval: trace each side's device work while timed (CUPTI, on a GPU): what work_after_completion,
+  // library_only and the kernel time come from. Off, samples are timed untraced (no
+  // instrumentation in the timed region at all) and the result says so.
+  bool device_trace = true;
   bool async = false;                // daemon only
   std::optional<std::string> job_id; // client-chosen id, else generated
   boost::json::object original;      // the request as sent, kept for the job record

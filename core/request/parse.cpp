@@ -250,6 +250,8 @@ void parse_settings(EvalRequest& request, ObjectReader& reader, const Limits& li
   }
   if (const json::value* min = reader.optional("min_samples"))
     request.min_samples = read_positive_int(*min, "min_samples", limits.max_num_trials);
+  if (const json::value* trace = reader.optional("device_trace"))
+    request.device_trace = read_bool(*trace, "device_trace");
   if (const json::value* async = reader.optional("async"))
     request.async = read_bool(*async, "async");
   if (const json::value* job_id = reader.optional("job_id"))

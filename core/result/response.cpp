@@ -119,11 +119,13 @@ Response build_response(const JobRecord& record) {
       compiled && compiled->custom ? &*compiled->custom : nullptr;
   const protocol::SideCompile* ref_compile = compiled && compiled->ref ? &*compiled->ref : nullptr;
   exec["compiled"] = custom_compile != nullptr && custom_compile->ok;
-  // A timed sample whose outputs did not match (or that modified an input) is a failed check
-  // like a correctness trial's (worker/pipeline: every sample is checked).
+  // A timed sample whose outputs did not match (or that modified an input, or whose device trace
+  // the candidate's process lost) is a failed check like a correctness trial's
+  // (worker/pipeline: every sample is checked).
   const bool failed_while_timed =
       profiled && !profiled->ok && profiled->failed_side == "custom" && profiled->error &&
-      (profiled->error->type == "mismatch" || profiled->error->type == "input_modified");
+      (profiled->error->type == "mismatch" || profiled->error->type == "input_modified" ||
+       profiled->error->type == "device_trace_lost");
   // Flags from every phase; those the request made strict fail the result.
   json::array flags;
   if (validated)

@@ -5,6 +5,7 @@
 #include "tensor/generate.hpp"
 #include "tensor/host_tensor.hpp"
 #include "tensor/poison.hpp"
+#include "worker/cuda/detail/activity_trace.hpp"
 #include "worker/cuda/detail/cuda_timer.hpp"
 #include "worker/cuda/detail/device_session.hpp"
 #include "worker/cuda/detail/device_view.hpp"
@@ -355,9 +356,34 @@ public:
     session_.check_execution(api().cuStreamSynchronize(session_.stream()));
   }
 
-  std::unique_ptr<Timer> make_timer(std::function<void()> launch, bool capture) override {
+  void forget_traced_work() override {
+    detail::ActivityTrace* trace = detail::ActivityTrace::if_started();
+    if (trace == nullptr)
+      return;
+    session_.check_execution(api().cuCtxSynchronize(session_.context()));
+    try {
+      trace->take();
+    } catch (const TraceLost&) {
+      // Dropped records of work that is no sample's: nothing of a sample is lost.
+    }
+  }
+
+  std::optional<SmClock> read_sm_clock() override {
     session_.throw_if_faulted();
-    return detail::make_cuda_timer(session_, std::move(launch), capture);
+    if (max_sm_clock_mhz_ == 0) {
+      int khz = 0;
+      session_.check(
+          api().cuDeviceGetAttribute(&khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, session_.device()),
+          "cuDeviceGetAttribute(CLOCK_RATE)");
+      max_sm_clock_mhz_ = khz / 1000.0;
+    }
+    return SmClock{session_.sm_clock_mhz(), max_sm_clock_mhz_};
+  }
+
+  std::unique_ptr<Timer> make_timer(std::function<void()> launch, bool capture,
+                                    bool trace) override {
+    session_.throw_if_faulted();
+    return detail::make_cuda_timer(session_, std::move(launch), capture, trace);
   }
 
 private:
@@ -490,6 +516,7 @@ private:
   }
 
   DeviceSession session_;
+  double max_sm_clock_mhz_ = 0; // CU_DEVICE_ATTRIBUTE_CLOCK_RATE, read once
   boost::json::object description_;
 };
 

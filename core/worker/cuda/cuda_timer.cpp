@@ -1,5 +1,7 @@
 #include "worker/cuda/detail/cuda_timer.hpp"
 
+#include "worker/cuda/detail/activity_trace.hpp"
+
 #include <utility>
 
 namespace keval::worker::detail {
@@ -44,10 +46,23 @@ private:
 
 class CudaTimer final : public Timer {
 public:
-  CudaTimer(DeviceSession& session, std::function<void()> launch, bool capture_it)
+  CudaTimer(DeviceSession& session, std::function<void()> launch, bool capture_it, bool trace)
       : session_(session), launch_(std::move(launch)), start_(session), stop_(session) {
+    try {
+      if (trace)
+        trace_ = &ActivityTrace::start();
+      else
+        untraced_ = "turned off by the request (device_trace: false)";
+    } catch (const TraceUnavailable& e) {
+      untraced_ = e.what();
+    }
     if (capture_it)
       capture();
+    // What ran before the first sample (correctness runs, the capture) belongs to no sample.
+    if (trace_ != nullptr) {
+      synchronize_context();
+      trace_->take();
+    }
   }
   CudaTimer(const CudaTimer&) = delete;
   CudaTimer& operator=(const CudaTimer&) = delete;
@@ -60,15 +75,32 @@ public:
     session_.throw_if_faulted();
     const cuda::DriverApi& d = api();
     const CUstream stream = session_.stream();
-    // Stream order puts the flush before the start event: it is never part of the sample.
-    const DeviceMemory& flush = session_.l2_flush_buffer();
-    session_.check_execution(d.cuMemsetD8Async(flush.address(), 0, flush.bytes(), stream));
-    session_.check_execution(d.cuEventRecord(start_.get(), stream));
-    if (graph_ != nullptr)
-      session_.check_execution(d.cuGraphLaunch(graph_, stream));
-    else
-      launch_();
-    session_.check_execution(d.cuEventRecord(stop_.get(), stream));
+    // Stream order puts the flush and the start marker before the start event and the stop
+    // marker after the stop event: none of them is ever part of the sample, and in the device
+    // trace the markers bracket it.
+    session_.flush_l2();
+    session_.hold_sample_start();
+    // A replay is let go once it is enqueued: what enqueueing costs the host (more with a tracer
+    // hooked into the launch) is not the kernel's time. A launch that runs the plugin is let go
+    // first: its enqueueing is part of what events have always timed there, and it may
+    // synchronise.
+    const bool replay = graph_ != nullptr;
+    if (!replay)
+      session_.release_sample_start();
+    try {
+      session_.check_execution(d.cuEventRecord(start_.get(), stream));
+      if (replay)
+        session_.check_execution(d.cuGraphLaunch(graph_, stream));
+      else
+        launch_();
+      session_.check_execution(d.cuEventRecord(stop_.get(), stream));
+      session_.mark_sample_stop();
+    } catch (...) {
+      session_.release_sample_start(); // never leave the stream held
+      throw;
+    }
+    if (replay)
+      session_.release_sample_start();
     session_.check_execution(d.cuEventSynchronize(stop_.get()));
     float milliseconds = 0.0f;
     session_.check_execution(d.cuEventElapsedTime(&milliseconds, start_.get(), stop_.get()));
@@ -77,7 +109,23 @@ public:
 
   std::string method() const override { return graph_ != nullptr ? "cuda_graph" : "cuda_event"; }
 
+  std::string untraced_reason() const override { return untraced_; }
+
+  SampleActivity sample_activity() override {
+    if (trace_ == nullptr)
+      return Timer::sample_activity();
+    // Every stream of the context, not just keval's: work the kernel left running on one of its
+    // own must have ended before the trace can show it.
+    synchronize_context();
+    return summarize_sample(trace_->take(), kSampleStartKernel, kSampleStopKernel);
+  }
+
 private:
+  // Waits for every stream of the session's context, not only keval's.
+  void synchronize_context() {
+    session_.check_execution(api().cuCtxSynchronize(session_.context()));
+  }
+
   // Leaves graph_ null (events) unless every step succeeds.
   void capture() {
     session_.throw_if_faulted();
@@ -117,13 +165,15 @@ private:
   std::function<void()> launch_;
   Event start_, stop_;
   CUgraphExec graph_ = nullptr;
+  ActivityTrace* trace_ = nullptr; // null when untraced_ says why
+  std::string untraced_;
 };
 
 } // namespace
 
 std::unique_ptr<Timer> make_cuda_timer(DeviceSession& session, std::function<void()> launch,
-                                       bool capture) {
-  return std::make_unique<CudaTimer>(session, std::move(launch), capture);
+                                       bool capture, bool trace) {
+  return std::make_unique<CudaTimer>(session, std::move(launch), capture, trace);
 }
 
 } // namespace keval::worker::detail

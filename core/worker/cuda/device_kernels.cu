@@ -453,3 +453,49 @@ extern "C" __global__ void keval_compare_find_max_abs(CompareParams p) {
   }
   report_found(p, block_reduce(found, Min()));
 }
+
+// Grid-stride reads of the whole buffer; the conditional store keeps the loads alive.
+extern "C" __global__ void keval_l2_flush(L2FlushParams p) {
+  const auto* words = reinterpret_cast<const uint4*>(p.data);
+  unsigned sum = 0;
+  for (uint64_t i = global_thread(); i < p.words; i += thread_count()) {
+    const uint4 w = words[i];
+    sum |= w.x | w.y | w.z | w.w;
+  }
+  if (sum != 0)
+    *reinterpret_cast<unsigned*>(p.sink) = sum;
+}
+
+extern "C" __global__ void keval_sample_start(SampleStartParams p) {
+  if (global_thread() != 0)
+    return;
+  const auto* release = reinterpret_cast<const volatile uint32_t*>(p.release);
+  uint64_t start_ns = 0, now_ns = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start_ns));
+  uint32_t outcome = 1;
+  while (*release != p.token) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now_ns));
+    if (now_ns - start_ns >= p.timeout_ns) {
+      outcome = 2;
+      break;
+    }
+  }
+  *reinterpret_cast<volatile uint32_t*>(p.outcome) = outcome;
+}
+
+extern "C" __global__ void keval_sample_stop(SampleStopParams) {}
+
+extern "C" __global__ void keval_clock_probe(ClockProbeParams p) {
+  if (global_thread() != 0)
+    return;
+  uint64_t start_ns = 0, now_ns = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start_ns));
+  const long long start_cycles = clock64();
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now_ns));
+  } while (now_ns - start_ns < p.min_ns);
+  const long long cycles = clock64() - start_cycles;
+  auto* out = reinterpret_cast<uint64_t*>(p.out);
+  out[0] = static_cast<uint64_t>(cycles);
+  out[1] = now_ns - start_ns;
+}

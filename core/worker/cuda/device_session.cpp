@@ -4,6 +4,7 @@
 #include "worker/engine/engine.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 #include <utility>
 
@@ -56,6 +57,14 @@ const char* kernel_name(Kernel kernel) {
     return kCompareFindMismatchKernel;
   case Kernel::compare_find_max_abs:
     return kCompareFindMaxAbsKernel;
+  case Kernel::l2_flush:
+    return kL2FlushKernel;
+  case Kernel::sample_start:
+    return kSampleStartKernel;
+  case Kernel::sample_stop:
+    return kSampleStopKernel;
+  case Kernel::clock_probe:
+    return kClockProbeKernel;
   }
   return "?";
 }
@@ -66,7 +75,11 @@ constexpr Kernel kAllKernels[] = {Kernel::fill,
                                   Kernel::same_bytes,
                                   Kernel::compare_totals,
                                   Kernel::compare_find_mismatch,
-                                  Kernel::compare_find_max_abs};
+                                  Kernel::compare_find_max_abs,
+                                  Kernel::l2_flush,
+                                  Kernel::sample_start,
+                                  Kernel::sample_stop,
+                                  Kernel::clock_probe};
 
 constexpr unsigned kThreadsPerBlock = 256;
 // Enough resident blocks to fill every multiprocessor several times over; grid-stride loops do
@@ -246,9 +259,19 @@ DeviceSession::DeviceSession(int ordinal) : ordinal_(ordinal) {
     max_blocks_ = static_cast<unsigned>(std::max(1, multiprocessors)) * kBlocksPerMultiprocessor;
     // Never less than 32 MiB, in case a device reports no L2 size.
     l2_flush_ = DeviceMemory(std::max<size_t>(2 * static_cast<size_t>(l2_bytes), 32u << 20));
+    // Zeros, which keval_l2_flush relies on to never write its sink (a 16-byte multiple).
+    cuda::check(d.cuMemsetD8(l2_flush_.address(), 0, l2_flush_.bytes()), "cuMemsetD8");
     compare_totals_ = DeviceMemory(sizeof(CompareTotals));
     windows_ = DeviceMemory(2 * kWindowBytes);
     flag_ = DeviceMemory(sizeof(uint32_t));
+    probe_ = DeviceMemory(2 * sizeof(uint64_t));
+    void* words = nullptr;
+    cuda::check(d.cuMemHostAlloc(&words, 2 * sizeof(uint32_t), CU_MEMHOSTALLOC_DEVICEMAP),
+                "cuMemHostAlloc");
+    hold_words_ = static_cast<volatile uint32_t*>(words);
+    hold_words_[0] = hold_words_[1] = 0;
+    cuda::check(d.cuMemHostGetDevicePointer(&hold_words_device_, words, 0),
+                "cuMemHostGetDevicePointer");
   } catch (...) {
     release(); // the destructor does not run for a constructor that throws
     throw;
@@ -263,6 +286,9 @@ void DeviceSession::release() noexcept {
   const cuda::DriverApi& d = api();
   // Buffers first, while the context is still retained; errors are ignored throughout (a lost
   // context reports them, and there is nothing left to do about it).
+  probe_ = DeviceMemory();
+  if (hold_words_ != nullptr)
+    d.cuMemFreeHost(const_cast<uint32_t*>(std::exchange(hold_words_, nullptr)));
   flag_ = DeviceMemory();
   windows_ = DeviceMemory();
   compare_totals_ = DeviceMemory();
@@ -312,6 +338,51 @@ void DeviceSession::launch_raw(Kernel kernel, uint64_t work_items, void** argume
   check(api().cuLaunchKernel(functions_[static_cast<int>(kernel)], blocks, 1, 1, kThreadsPerBlock,
                              1, 1, 0, stream_, arguments, nullptr),
         kernel_name(kernel));
+}
+
+void DeviceSession::flush_l2() {
+  // The sink is never written (the buffer holds zeros); flag_ is a valid address all the same.
+  launch(Kernel::l2_flush, l2_flush_.bytes() / 16,
+         L2FlushParams{l2_flush_.address(), l2_flush_.bytes() / 16, flag_.address()});
+}
+
+void DeviceSession::hold_sample_start() {
+  // Bounded, so that nothing the driver or a tracer might wait for while enqueueing can hang the
+  // stream: 20 ms is thousands of times what enqueueing a replay takes.
+  hold_words_[1] = 0;
+  SampleStartParams params{hold_words_device_, hold_words_device_ + sizeof(uint32_t), 20'000'000,
+                           ++hold_token_};
+  void* arguments[] = {&params};
+  check(api().cuLaunchKernel(functions_[static_cast<int>(Kernel::sample_start)], 1, 1, 1, 1, 1, 1,
+                             0, stream_, arguments, nullptr),
+        kSampleStartKernel);
+}
+
+void DeviceSession::release_sample_start() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  hold_words_[0] = hold_token_;
+}
+
+void DeviceSession::mark_sample_stop() {
+  SampleStopParams params{0};
+  void* arguments[] = {&params};
+  check(api().cuLaunchKernel(functions_[static_cast<int>(Kernel::sample_stop)], 1, 1, 1, 1, 1, 1, 0,
+                             stream_, arguments, nullptr),
+        kSampleStopKernel);
+}
+
+double DeviceSession::sm_clock_mhz() {
+  // 50 us of the global timer: its resolution is 1 us on some devices, so the reading is within
+  // a few percent, which is all a throttling check needs.
+  ClockProbeParams params{probe_.address(), 50'000};
+  void* arguments[] = {&params};
+  check(api().cuLaunchKernel(functions_[static_cast<int>(Kernel::clock_probe)], 1, 1, 1, 1, 1, 1, 0,
+                             stream_, arguments, nullptr),
+        kClockProbeKernel);
+  uint64_t reading[2] = {0, 0};
+  copy_to_host(reading, probe_.address(), sizeof reading);
+  return reading[1] == 0 ? 0.0
+                         : static_cast<double>(reading[0]) * 1e3 / static_cast<double>(reading[1]);
 }
 
 void DeviceSession::copy_to_host(void* host, CUdeviceptr device, size_t bytes) {

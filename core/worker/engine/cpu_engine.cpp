@@ -60,6 +60,9 @@ public:
     return std::chrono::duration<double, std::milli>(stop - start).count();
   }
   std::string method() const override { return "cpu_wall_clock"; }
+  std::string untraced_reason() const override {
+    return "no CUDA device: device work is traced (CUPTI) on CUDA devices only";
+  }
 
 private:
   std::function<void()> launch_;
@@ -171,7 +174,8 @@ public:
 
   void synchronize() override {}
 
-  std::unique_ptr<Timer> make_timer(std::function<void()> launch, bool /*capture*/) override {
+  std::unique_ptr<Timer> make_timer(std::function<void()> launch, bool /*capture*/,
+                                    bool /*trace*/) override {
     return std::make_unique<WallClockTimer>(std::move(launch));
   }
 };

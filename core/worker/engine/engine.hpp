@@ -6,11 +6,13 @@
 #include "common/unique_fd.hpp"
 #include "request/model.hpp"
 #include "tensor/compare.hpp"
+#include "worker/engine/device_work.hpp"
 
 #include <keval/plugin.h>
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -73,6 +75,14 @@ public:
   virtual double sample() = 0;
   // How samples are taken: "cpu_wall_clock", "cuda_event" or "cuda_graph".
   virtual std::string method() const = 0;
+  // Why the device work of this timer's samples is not traced; empty when it is (CUDA devices
+  // with CUPTI: worker/engine/device_work.hpp).
+  virtual std::string untraced_reason() const = 0;
+  // What the latest sample did on the device. Call once its work has finished (after
+  // Engine::synchronize). Throws TraceLost; std::logic_error for a timer that traces nothing.
+  virtual SampleActivity sample_activity() {
+    throw std::logic_error("sample_activity() of a timer that traces nothing");
+  }
 };
 
 class Engine {
@@ -113,13 +123,29 @@ public:
   // Waits for all queued work; throws KernelFault if the device reports an error.
   virtual void synchronize() = 0;
 
+  // The SM clock the device runs at now, measured on it, and its rated maximum, in MHz; nullopt
+  // where there is no such clock (the CPU). How timed samples taken while the device throttled
+  // are told apart.
+  struct SmClock {
+    double mhz = 0;
+    double max_mhz = 0;
+  };
+  virtual std::optional<SmClock> read_sm_clock() { return std::nullopt; }
+
   // Prepares repeated timing of `launch`, which enqueues exactly one kernel invocation on
   // stream() with fixed arguments. Engines that can capture it once (a CUDA graph) and replay it;
   // otherwise each sample calls it. Exceptions from `launch` propagate out of make_timer() (when
   // it runs during capture) or sample(). `capture` false: never a graph, each sample calls
   // `launch` (how both sides of a compare get one method when one side cannot be captured).
-  virtual std::unique_ptr<class Timer> make_timer(std::function<void()> launch,
-                                                  bool capture = true) = 0;
+  // Waits for the device work the process did since the last traced sample and leaves it out of
+  // the next sample's trace: what a runner does for keval between samples (the provider's
+  // get_inputs generating a trial's inputs on the device) is no sample's work. Nothing to do
+  // where nothing is traced.
+  virtual void forget_traced_work() {}
+
+  // `trace` false: samples are not traced even where they could be (untraced_reason says so).
+  virtual std::unique_ptr<class Timer> make_timer(std::function<void()> launch, bool capture = true,
+                                                  bool trace = true) = 0;
 };
 
 // The engine for the CPU: plain host memory, steady_clock timing.

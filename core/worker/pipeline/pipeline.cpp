@@ -1,5 +1,6 @@
 #include "worker/pipeline/pipeline.hpp"
 
+#include "checks/kernel_names.hpp"
 #include "checks/static_scan.hpp"
 #include "common/log.hpp"
 #include "protocol/job_contract.hpp"
@@ -1044,11 +1045,19 @@ private:
     Noise noise; // of `samples`
     int64_t warmup = 0;
     bool matched_other_side = false; // timed without capture because the other side could not be
+    // The device trace of its samples (worker/engine/device_work.hpp), or why there is none.
+    std::string untraced;
+    std::vector<double> kernel_samples; // each sample's busy time on the device
+    DeviceWorkInventory work;
+    int64_t samples_with_outside_work = 0;
+    double outside_ms = 0;
   };
 
-  // One timed run: its time, and private copies of its outputs (taken after the timed region).
+  // One timed run: its time (the outside work its trace showed added), what it did on the
+  // device, and private copies of its outputs (taken after the timed region).
   struct SampleRun {
     double ms = 0;
+    std::optional<SampleActivity> activity;
     Launched launched;
   };
 
@@ -1067,6 +1076,7 @@ private:
     std::vector<std::unique_ptr<Tensor>> previous_outputs;
     int64_t unchanged_outputs = 0, changed_inputs = 0;
     bool stopped_by_noise = false;
+    ClockWatch clock;
     try {
       current = std::make_unique<InputSet>(make_inputs(kWarmupTrials));
       for (auto& side : sides_) {
@@ -1095,11 +1105,20 @@ private:
         for (size_t k = 0; k < timed.size(); ++k) {
           auto& t = timed[(static_cast<size_t>(i) + k) % timed.size()];
           const uint64_t budget = &t == ref_timed ? kUnlimited : custom_output_budget_;
-          SampleRun run = sample(t.binding, budget);
+          SampleRun run = sample(t, budget);
           t.samples.push_back(run.ms);
           t.noise.add(run.ms);
+          if (run.activity) {
+            t.kernel_samples.push_back(run.activity->busy_ms);
+            t.work.add(*run.activity);
+            if (run.activity->outside_ms > 0) {
+              ++t.samples_with_outside_work;
+              t.outside_ms += run.activity->outside_ms;
+            }
+          }
           (&t == ref_timed ? ref_run : custom_run) = std::move(run);
         }
+        clock.read(*engine_);
         if (ref_run)
           check_sample(i, samples, *ref_run, *custom_run);
         check_inputs_untouched(custom_timed->binding, " in timed sample " + std::to_string(i + 1) +
@@ -1139,6 +1158,8 @@ private:
     for (const auto& t : timed)
       noise[t.side->name] = t.noise.percent();
     report.sampling["noise_percent"] = std::move(noise);
+    clock.report(report.sampling);
+    report_device_work(timed, report);
     report.ok = true;
     report.method = timed.front().method;
     report.device = engine_->describe();
@@ -1207,9 +1228,16 @@ private:
     timer["binding"] = t.binding.id;
     if (!capture)
       timer["capture"] = false;
+    if (!request_.device_trace)
+      timer["trace"] = false;
     json::object reply = call(*t.side, std::move(timer), "preparing its timing");
     expect_ok(*t.side, reply, "preparing its timing");
     t.method = detail::string_field(reply, "method");
+    // Why its process traces nothing: a sentence of its own, kept short.
+    const json::value* untraced = reply.if_contains("untraced");
+    t.untraced = untraced != nullptr && untraced->is_string()
+                     ? std::string(untraced->get_string()).substr(0, 500)
+                     : "";
   }
 
   // Whether the request's noise target is met by every side after `taken` samples.
@@ -1268,9 +1296,12 @@ private:
   // One timed run, taken in the side's runner, and its outputs. Outputs are poisoned before it
   // (so no run can reuse an earlier result), outside the timed region. The time comes from a
   // process that runs user code, so it is bounded here: finite, not negative, and no longer than
-  // the wall time the trusted worker itself measured around the request. `budget` bounds the
+  // the wall time the trusted worker itself measured around the request. A traced side's device
+  // work outside the timed window (worker/engine/device_work.hpp) is added to the sample: the
+  // events did not see it, and it was the kernel's work all the same. `budget` bounds the
   // bytes of the outputs it may return (kUnchecked: they are not wanted).
-  SampleRun sample(RemoteBinding& binding, uint64_t budget) {
+  SampleRun sample(Timed& t, uint64_t budget) {
+    RemoteBinding& binding = t.binding;
     Side& side = *binding.side;
     binding.binder->poison_outputs(*engine_);
     engine_->synchronize();
@@ -1289,6 +1320,10 @@ private:
                                 side.name + " kernel's process reported a sample of " +
                                     std::to_string(run.ms) + " ms around which keval measured " +
                                     std::to_string(wall_ms) + " ms")};
+    if (t.untraced.empty()) {
+      run.activity = read_activity(side, reply);
+      run.ms += run.activity->outside_ms;
+    }
     if (budget == kUnchecked)
       return run;
     if (side.returns_outputs()) {
@@ -1304,6 +1339,132 @@ private:
     return run;
   }
 
+  // A traced sample's summary of its device work, as the side's runner sent it. A runner whose
+  // trace lost the sample (its markers missing: something in the process turned tracing off or
+  // fed it) or that sent nothing fails the side: its time cannot be vouched for.
+  SampleActivity read_activity(const Side& side, const json::object& reply) {
+    const auto lost = [&](const std::string& why) {
+      return KernelFailure{side.name,
+                           error_json("device_trace_lost", side.name +
+                                                               " kernel's device trace did not "
+                                                               "cover a timed sample: " +
+                                                               why)};
+    };
+    if (const json::value* why = reply.if_contains("activity_lost"))
+      throw lost(why->is_string() ? std::string(why->get_string()).substr(0, 500)
+                                  : "its process said so");
+    const json::value* activity = reply.if_contains("activity");
+    if (activity == nullptr || !activity->is_object())
+      throw lost("its process sent no trace although its timer traces");
+    try {
+      return sample_activity_from_json(activity->as_object());
+    } catch (const std::invalid_argument& e) {
+      throw KernelFailure{side.name, error_json(kProcessFailed, side.name +
+                                                                    " kernel's process sent a "
+                                                                    "malformed trace: " +
+                                                                    e.what())};
+    }
+  }
+
+  // The SM clock after every timed sample (measured by the trusted worker on the device: out of
+  // the kernel's reach), and how many samples ran while it was below 75 % of the rated maximum.
+  class ClockWatch {
+  public:
+    void read(Engine& engine) {
+      const std::optional<Engine::SmClock> clock = engine.read_sm_clock();
+      if (!clock)
+        return;
+      readings_.push_back(clock->mhz);
+      max_mhz_ = clock->max_mhz;
+      if (clock->max_mhz > 0 && clock->mhz < kThrottledBelow * clock->max_mhz)
+        ++throttled_;
+    }
+    void report(json::object& sampling) const {
+      if (readings_.empty()) {
+        sampling["sm_clock"] = "not measured: no CUDA device";
+        return;
+      }
+      std::vector<double> sorted = readings_;
+      std::sort(sorted.begin(), sorted.end());
+      sampling["throttled_samples"] = throttled_;
+      sampling["sm_clock_mhz"] = json::object{
+          {"min", sorted.front()}, {"median", sorted[sorted.size() / 2]}, {"max_rated", max_mhz_}};
+    }
+
+  private:
+    static constexpr double kThrottledBelow = 0.75;
+    std::vector<double> readings_;
+    double max_mhz_ = 0;
+    int64_t throttled_ = 0;
+  };
+
+  // Each side's device work over its timed samples (report.device_work), and the flags it
+  // raises: work_after_completion, library_only.
+  void report_device_work(const std::vector<Timed>& timed, protocol::ProfileReport& report) {
+    std::optional<double> ref_kernel, custom_kernel;
+    for (const auto& t : timed) {
+      json::object side;
+      side["traced"] = t.untraced.empty();
+      if (!t.untraced.empty()) {
+        side["reason"] = t.untraced;
+        report.device_work[t.side->name] = std::move(side);
+        continue;
+      }
+      const tensor::RuntimeStats stats = tensor::compute_stats(t.kernel_samples);
+      side["kernel_time"] =
+          json::object{{"mean", stats.mean},    {"median", stats.median}, {"min", stats.min},
+                       {"max", stats.max},      {"std", stats.std},       {"count", stats.count},
+                       {"method", "cupti_busy"}};
+      side["work"] = t.work.to_json();
+      side["outside"] =
+          json::object{{"samples", t.samples_with_outside_work}, {"total_ms", t.outside_ms}};
+      (t.side->name == "ref" ? ref_kernel : custom_kernel) = stats.median;
+      report.device_work[t.side->name] = std::move(side);
+      if (t.side->name != "custom")
+        continue;
+      if (t.samples_with_outside_work > 0)
+        report.flags.push_back(flag(
+            "work_after_completion",
+            std::to_string(t.samples_with_outside_work) + " of " +
+                std::to_string(t.samples.size()) +
+                " timed samples had the kernel's device work running outside the timed window "
+                "(on a stream or thread the timing events did not cover); it was added to "
+                "those samples' times",
+            json::object{{"samples", t.samples_with_outside_work}, {"total_ms", t.outside_ms}}));
+      library_only(t, report);
+    }
+    if (ref_kernel && custom_kernel && *custom_kernel > 0)
+      report.device_work["kernel_speedup"] = *ref_kernel / *custom_kernel;
+  }
+
+  // The candidate's timed kernels against those its source defines: none of its own among them
+  // means its work ran in libraries (aten, cuBLAS, ...). Not for the torch kernel type, whose
+  // candidates are library code by design.
+  void library_only(const Timed& t, protocol::ProfileReport& report) {
+    if (custom_code().kernel_type == "torch" || t.work.empty())
+      return;
+    const std::vector<std::string> own = checks::defined_kernel_names(custom_code().source_code);
+    if (t.work.has_kernel_named(own))
+      return;
+    json::array defined, timed_kernels;
+    for (const auto& name : own)
+      if (defined.size() < 16)
+        defined.emplace_back(name);
+    for (const auto& w : t.work.to_json())
+      if (w.as_object().at("kind") == "kernel" && timed_kernels.size() < 8)
+        timed_kernels.push_back(w.as_object().at("name"));
+    if (timed_kernels.empty())
+      return; // copies or memsets only: nothing says whose kernels they would have been
+    report.flags.push_back(
+        flag("library_only",
+             own.empty() ? "the candidate's source defines no kernel of its own; every kernel "
+                           "it ran while timed came from a library"
+                         : "none of the kernels the candidate ran while timed is one its source "
+                           "defines; they came from libraries",
+             json::object{{"timed_kernels", std::move(timed_kernels)},
+                          {"defined_kernels", std::move(defined)}}));
+  }
+
   // Runs the kernel, on a fresh trial's inputs each time, until consecutive timings settle
   // (relative change of the running median of the last 5 samples under 5 %), at least 3 and at
   // most 100 runs or 2 s. Outputs are not checked here: nothing of the warm-up is reported.
@@ -1315,7 +1476,7 @@ private:
     while (runs < 100 && ms_since(start) < 2000) {
       const InputSet inputs = make_inputs(trial++);
       refresh(t, inputs);
-      recent.push_back(sample(t.binding, kUnchecked).ms);
+      recent.push_back(sample(t, kUnchecked).ms);
       ++runs;
       if (recent.size() >= 5) {
         std::vector<double> last(recent.end() - 5, recent.end());

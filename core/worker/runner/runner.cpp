@@ -439,6 +439,8 @@ private:
       returned_.push_back(engine_->clone(t->dl_tensor, Sharing::shared));
       tensors.push_back(detail::describe_shared(*returned_.back(), fds));
     }
+    // Generating a trial's inputs is keval's errand, not the next sample's work.
+    engine_->forget_traced_work();
     json::object reply;
     reply["tensors"] = std::move(tensors);
     return reply;
@@ -450,6 +452,9 @@ private:
     const json::value* capture = command.if_contains("capture");
     if (capture != nullptr && !capture->is_bool())
       throw WireError("'capture' must be a boolean");
+    const json::value* trace = command.if_contains("trace");
+    if (trace != nullptr && !trace->is_bool())
+      throw WireError("'trace' must be a boolean");
     binding.timer.reset();
     // For graph replay the launch runs once, at capture; for events, once per sample.
     binding.timer = engine_->make_timer(
@@ -457,9 +462,11 @@ private:
           std::vector<ManagedTensor> outputs = launch_once(binding);
           binding.timed_outputs = std::move(outputs);
         },
-        capture == nullptr || capture->get_bool());
+        capture == nullptr || capture->get_bool(), trace == nullptr || trace->get_bool());
     json::object reply;
     reply["method"] = binding.timer->method();
+    if (const std::string why = binding.timer->untraced_reason(); !why.empty())
+      reply["untraced"] = why;
     return reply;
   }
 
@@ -472,6 +479,15 @@ private:
     engine_->synchronize();
     json::object reply;
     reply["ms"] = ms;
+    // The trace is read before keval's own copies of the outputs below (the next sample's
+    // summary knows them for what they are).
+    if (binding.timer->untraced_reason().empty()) {
+      try {
+        reply["activity"] = to_json(binding.timer->sample_activity());
+      } catch (const TraceLost& e) {
+        reply["activity_lost"] = e.what();
+      }
+    }
     if (plugin_->has(KEVAL_CAP_RETURNS_OUTPUTS))
       reply["outputs"] = share_outputs(binding.timed_outputs, fds);
     return reply;

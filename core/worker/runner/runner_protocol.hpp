@@ -18,8 +18,12 @@
 //   trusted: args            {binding, args[...]} + fds -> {}  (tensors: its shared buffers)
 //   trusted: launch          {binding}                  -> {outputs[...]} + fds (returned ones)
 //   trusted: default_inputs  {seed}                     -> {tensors[...]} + fds
-//   trusted: timer           {binding, capture?}        -> {method}  (capture false: events)
-//   trusted: sample          {binding}                  -> {ms, outputs[...]} + fds (returned ones)
+//   trusted: timer           {binding, capture?, trace?} -> {method, untraced?}  (capture false:
+//                                                          events; trace false: no device trace;
+//                                                          untraced: why there is none)
+//   trusted: sample          {binding}                  -> {ms, activity? | activity_lost?,
+//                                                          outputs[...]} + fds (returned ones;
+//                            activity: worker/engine/device_work.hpp's SampleActivity)
 //   trusted: unbind          {binding}                  -> {}
 //
 // A failed command answers {ok: false, error{type, message, details}}; type "device_error" means

@@ -188,6 +188,27 @@ TEST_F(GamedTiming, SamplingStopsWhenTheNoiseTargetIsMet) {
             sampling.at("samples"));
 }
 
+// Without a CUDA device nothing is traced and no clock is read: each side says why, and no flag
+// that needs a trace (library_only, work_after_completion) is raised.
+TEST_F(GamedTiming, WithoutADeviceEachSideSaysWhyItsWorkIsNotTraced) {
+  TempDir tmp;
+  const auto run =
+      run_mode("compare", torch_compare("reference_relu.py", source("honest_model_new.py")),
+               tmp.path() / "state");
+  ASSERT_TRUE(correctness(run.body)) << describe(run);
+  const auto& profiling =
+      exec_result(run.body).at("metadata").as_object().at("profiling").as_object();
+  for (const char* side : {"ref", "custom"}) {
+    const auto& work = profiling.at("device_work").at(side).as_object();
+    EXPECT_FALSE(work.at("traced").as_bool()) << shown(work);
+    EXPECT_NE(text(work.at("reason")).find("no CUDA device"), std::string::npos) << shown(work);
+  }
+  EXPECT_NE(text(profiling.at("sampling").at("sm_clock")).find("no CUDA device"),
+            std::string::npos);
+  EXPECT_FALSE(profiling.at("sampling").as_object().contains("throttled_samples"));
+  EXPECT_TRUE(flags_of(run.body).empty()) << json::serialize(flags_of(run.body));
+}
+
 // The honest controls: no flag, correct, on every path the cases above take.
 TEST_F(GamedTiming, HonestCandidatesRaiseNoFlag) {
   TempDir tmp;

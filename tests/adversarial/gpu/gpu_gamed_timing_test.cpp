@@ -109,6 +109,100 @@ TEST_F(GpuGamedTiming, WorkOnAPrivateStreamIsFlaggedAndStrictFailsIt) {
   EXPECT_NE(validation_error(strict.body).find("static"), std::string::npos) << describe(strict);
 }
 
+TEST_F(GpuGamedTiming, WorkLeftRunningOnAPrivateStreamIsTimedFlaggedAndStrictFailsIt) {
+  require("torch");
+  if (IsSkipped())
+    return;
+  TempDir tmp;
+  const auto flagged =
+      run_cli(relu_compare(source("private_stream_heavy.py"), unique_id("late")), tmp.path() / "a");
+  EXPECT_TRUE(correctness(flagged.body)) << describe(flagged);
+  const json::object* flag = flag_named(flagged.body, "work_after_completion");
+  ASSERT_NE(flag, nullptr) << describe(flagged);
+  const json::object& details = flag->at("details").as_object();
+  EXPECT_GT(details.at("samples").to_number<int64_t>(), 0) << json::serialize(*flag);
+  EXPECT_GT(details.at("total_ms").to_number<double>(), 0.0) << json::serialize(*flag);
+  // The hidden work was added to the samples: 64 ReLUs are slower than the reference's one.
+  ASSERT_TRUE(flagged.body.at("speedup").is_number()) << describe(flagged);
+  EXPECT_LT(flagged.body.at("speedup").to_number<double>(), 1.0) << describe(flagged);
+  const auto strict =
+      run_cli(with(relu_compare(source("private_stream_heavy.py"), unique_id("late")),
+                   {{"strict", json::array{"work_after_completion"}}}),
+              tmp.path() / "b");
+  EXPECT_FALSE(correctness(strict.body)) << describe(strict);
+  EXPECT_NE(validation_error(strict.body).find("work_after_completion"), std::string::npos)
+      << describe(strict);
+}
+
+TEST_F(GpuGamedTiming, AKernelOfItsOwnThatNeverRunsIsFlaggedLibraryOnly) {
+  require("torch_cuda");
+  if (IsSkipped())
+    return;
+  TempDir tmp;
+  const auto reference = kernel("torch", source("reference_matmul.py"));
+  const auto candidate = kernel("torch_cuda", source("library_matmul_load_inline.py"));
+  const auto flagged =
+      run_cli(compare_request(reference, candidate, unique_id("lib")), tmp.path() / "a");
+  EXPECT_TRUE(correctness(flagged.body)) << describe(flagged);
+  const json::object* flag = flag_named(flagged.body, "library_only");
+  ASSERT_NE(flag, nullptr) << describe(flagged);
+  const std::string text = json::serialize(*flag);
+  EXPECT_NE(text.find("unused_scale_kernel"), std::string::npos) << text; // defined, never run
+  EXPECT_FALSE(flag->at("details").at("timed_kernels").as_array().empty()) << text;
+  const auto strict = run_cli(with(compare_request(reference, candidate, unique_id("lib")),
+                                   {{"strict", json::array{"library_only"}}}),
+                              tmp.path() / "b");
+  EXPECT_FALSE(correctness(strict.body)) << describe(strict);
+  EXPECT_NE(validation_error(strict.body).find("library_only"), std::string::npos)
+      << describe(strict);
+}
+
+// Both sides' samples are traced: kernel times beside the end-to-end ones, never above them, the
+// candidate's own kernel in its inventory, and the SM clock watched through every sample.
+TEST_F(GpuGamedTiming, EveryTimedSampleIsTracedOnBothSides) {
+  require("cuda");
+  if (IsSkipped())
+    return;
+  TempDir tmp;
+  const auto run =
+      run_cli(compare_request(kernel("cuda", source("reference_vector_add.cu"), vector_add_io()),
+                              kernel("cuda", source("float4_add.cu"), vector_add_io()),
+                              unique_id("traced")),
+              tmp.path() / "state");
+  ASSERT_TRUE(correctness(run.body)) << describe(run);
+  const json::object& profiling = exec_result(run.body).at("metadata").at("profiling").as_object();
+  const json::object& work = profiling.at("device_work").as_object();
+  for (const char* side : {"ref", "custom"}) {
+    const json::object& s = work.at(side).as_object();
+    ASSERT_TRUE(s.at("traced").as_bool()) << json::serialize(work);
+    const double kernel_median = s.at("kernel_time").at("median").to_number<double>();
+    const double e2e_median =
+        std::string(side) == "ref"
+            ? run.body.at("ref_runtime").at("median").to_number<double>()
+            : exec_result(run.body).at("runtime_stats").at("median").to_number<double>();
+    EXPECT_GT(kernel_median, 0.0) << json::serialize(work);
+    EXPECT_LE(kernel_median, e2e_median) << json::serialize(work);
+    EXPECT_EQ(s.at("outside").at("samples").to_number<int64_t>(), 0) << json::serialize(work);
+  }
+  EXPECT_NE(json::serialize(work.at("custom").at("work")).find("vector_add"), std::string::npos)
+      << json::serialize(work);
+  const json::object& sampling = profiling.at("sampling").as_object();
+  ASSERT_TRUE(sampling.contains("throttled_samples")) << json::serialize(sampling);
+  EXPECT_GT(sampling.at("sm_clock_mhz").at("max_rated").to_number<double>(), 0.0);
+}
+
+TEST_F(GpuGamedTiming, HonestTiledLoadInlineMatmulPassesUnflagged) {
+  require("torch_cuda");
+  if (IsSkipped())
+    return;
+  TempDir tmp;
+  expect_clean_and_fair(
+      run_cli(compare_request(kernel("torch", source("reference_matmul.py")),
+                              kernel("torch_cuda", source("tiled_matmul_load_inline.py")),
+                              unique_id("tiled")),
+              tmp.path() / "state"));
+}
+
 TEST_F(GpuGamedTiming, HonestFloat4CudaAddPassesUnflagged) {
   require("cuda");
   if (IsSkipped())

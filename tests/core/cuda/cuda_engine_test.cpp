@@ -587,6 +587,68 @@ TEST_F(CudaEngineTest, LaunchThatThrowsDuringCapturePropagates) {
   EXPECT_EQ(timer->method(), "cuda_graph");
 }
 
+// The runner's timers trace their samples' device work (CUPTI): the flush and stop markers
+// bracket the sample, the kernel it ran is in the summary, and its busy time fits in the sample.
+TEST_F(CudaEngineTest, TimerTracesTheDeviceWorkOfEachSample) {
+  TensorInit init;
+  auto t = engine_->allocate(DType::f32, {1 << 22});
+  for (const bool capture : {true, false}) {
+    auto timer = engine_->make_timer([&] { engine_->fill(*t, init, 77); }, capture);
+    ASSERT_EQ(timer->untraced_reason(), "") << "CUPTI must trace on a CUDA device";
+    for (int i = 0; i < 3; ++i) {
+      const double ms = timer->sample();
+      engine_->synchronize();
+      const SampleActivity activity = timer->sample_activity();
+      ASSERT_EQ(activity.work.size(), 1u) << boost::json::serialize(to_json(activity));
+      EXPECT_EQ(activity.work[0].kind, "kernel");
+      EXPECT_EQ(activity.work[0].name, "keval_fill");
+      EXPECT_EQ(activity.work[0].count, 1);
+      EXPECT_EQ(activity.work[0].outside, 0);
+      EXPECT_GT(activity.busy_ms, 0.0);
+      EXPECT_LE(activity.busy_ms, ms) << timer->method();
+      EXPECT_EQ(activity.outside_ms, 0.0);
+    }
+  }
+}
+
+// Work the launch leaves running on a stream of its own is seen outside the sample's window.
+TEST_F(CudaEngineTest, TimerSeesWorkLeftRunningOnAnotherStream) {
+  const cuda::DriverApi& d = cuda::driver();
+  CUstream own = nullptr;
+  ASSERT_EQ(d.cuStreamCreate(&own, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  auto big = engine_->allocate(DType::f32, {1 << 26});
+  // 256 MiB of memset on the private stream: far longer than the (empty) timed launch.
+  auto timer = engine_->make_timer(
+      [&] { d.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(big->dl().data), 0, 1 << 26, own); },
+      false);
+  ASSERT_EQ(timer->untraced_reason(), "");
+  timer->sample();
+  engine_->synchronize();
+  const SampleActivity activity = timer->sample_activity();
+  ASSERT_EQ(activity.work.size(), 1u) << boost::json::serialize(to_json(activity));
+  EXPECT_EQ(activity.work[0].kind, "memset");
+  EXPECT_GT(activity.outside_ms, 0.0) << boost::json::serialize(to_json(activity));
+  d.cuStreamDestroy(own);
+}
+
+// A sample read twice (or a trace something in the process switched off) has no markers.
+TEST_F(CudaEngineTest, ASampleWithoutItsMarkersIsReportedLost) {
+  auto t = engine_->allocate(DType::f32, {1024});
+  auto timer = engine_->make_timer([&] { engine_->fill(*t, TensorInit{}, 1); });
+  timer->sample();
+  engine_->synchronize();
+  timer->sample_activity();
+  EXPECT_THROW(timer->sample_activity(), TraceLost);
+}
+
+TEST_F(CudaEngineTest, ReadsTheSmClockWithinItsRatedRange) {
+  const auto clock = engine_->read_sm_clock();
+  ASSERT_TRUE(clock.has_value());
+  EXPECT_GT(clock->max_mhz, 100.0);
+  EXPECT_GT(clock->mhz, 100.0);
+  EXPECT_LT(clock->mhz, clock->max_mhz * 1.1);
+}
+
 TEST_F(CudaEngineTest, DescribeReportsTheGpu) {
   const boost::json::object d = engine_->describe();
   const auto text = [&](const char* key) { return std::string(d.at(key).as_string()); };

@@ -76,6 +76,7 @@ const FieldErrorCase kTopLevel[] = {
     {"MinSamplesZero", "/min_samples", "0", "min_samples", "must be > 0, got 0"},
     {"ThresholdAtOne", "/excessive_speedup_threshold", "1", "excessive_speedup_threshold",
      "must be > 1, got 1"},
+    {"DeviceTraceString", "/device_trace", R"("no")", "device_trace", "got string"},
 };
 INSTANTIATE_TEST_SUITE_P(TopLevel, FieldErrorTest, ::testing::ValuesIn(kTopLevel),
                          [](const auto& info) { return info.param.name; });

@@ -220,6 +220,9 @@ TEST(TopLevel, SeedStrictAndThresholdAreRead) {
   EvalRequest unset = parse_request(minimal_request(), Mode::evaluate);
   EXPECT_FALSE(unset.seed.has_value()) << "no seed: the job draws a secret one";
   EXPECT_EQ(unset.excessive_speedup_threshold, 10.0);
+  EXPECT_TRUE(unset.device_trace) << "timed samples are traced unless the request says not";
+  EXPECT_FALSE(parse_request(with(minimal_request(), "/device_trace", "false"), Mode::evaluate)
+                   .device_trace);
 }
 
 TEST(TopLevel, LimitsAreInclusive) {

@@ -73,6 +73,10 @@ enum class Kernel {
   compare_totals,
   compare_find_mismatch,
   compare_find_max_abs,
+  l2_flush,
+  sample_start,
+  sample_stop,
+  clock_probe,
 };
 
 class DeviceSession {
@@ -94,6 +98,7 @@ public:
   // Makes the context current on the calling thread (a session opened on another thread).
   void make_current() const;
   CUstream stream() const { return stream_; }
+  CUcontext context() const { return context_; }
 
   // Throws KernelFault when an earlier call hit an error that leaves the context unusable
   // (CUDA_ERROR_ILLEGAL_ADDRESS and its kind): every later call would fail the same way.
@@ -118,8 +123,18 @@ public:
   void copy_to_host(void* host, CUdeviceptr device, size_t bytes);
   void copy_from_host(CUdeviceptr device, const void* host, size_t bytes);
 
-  // At least twice the L2 cache: writing it all evicts whatever a kernel left there.
-  const DeviceMemory& l2_flush_buffer() const { return l2_flush_; }
+  // Empties the L2 of everything a kernel left there, enqueued on the stream: reads a zeroed
+  // buffer of at least twice the L2's size (keval_l2_flush), so only clean lines stay behind.
+  void flush_l2();
+  // Enqueues keval_sample_start, which holds the stream until release_sample_start() (or a
+  // timeout): see kernel_abi.hpp. Its end marks a sample's start in a device trace.
+  void hold_sample_start();
+  // Lets the held keval_sample_start go.
+  void release_sample_start();
+  // Enqueues keval_sample_stop, whose start marks a sample's end in a device trace.
+  void mark_sample_stop();
+  // The SM clock now, in MHz, measured on the device (keval_clock_probe; waits for it).
+  double sm_clock_mhz();
   // One CompareTotals, and two windows (0: expected, 1: actual) of kWindowElements elements of
   // the widest type.
   CUdeviceptr compare_totals() const { return compare_totals_.address(); }
@@ -138,7 +153,7 @@ private:
   CUcontext context_ = nullptr;
   CUstream stream_ = nullptr;
   CUmodule module_ = nullptr;
-  CUfunction functions_[7] = {};
+  CUfunction functions_[11] = {};
   unsigned max_blocks_ = 0;
   std::string fault_;
   // Declared after the context fields: destroyed before the context is released.
@@ -146,6 +161,11 @@ private:
   DeviceMemory compare_totals_;
   DeviceMemory windows_;
   DeviceMemory flag_;
+  DeviceMemory probe_; // keval_clock_probe's {cycles, nanoseconds}
+  // Host-mapped words for keval_sample_start: [0] the release token, [1] its outcome.
+  volatile uint32_t* hold_words_ = nullptr;
+  CUdeviceptr hold_words_device_ = 0;
+  uint32_t hold_token_ = 0;
 };
 
 } // namespace keval::worker::detail

@@ -91,6 +91,42 @@ struct CompareParams {
   uint64_t target_bits; // find_max_abs: the bits of the maximal absolute difference
 };
 
+// keval_l2_flush: reads `words` 16-byte words of `data` (zeros) and writes `sink` only if their sum
+// is not zero, which never happens: reading, unlike a memset, leaves the L2 holding clean lines
+// only, so a timed kernel never pays for writing back what the flush left dirty (about a third of
+// a 1 M-element vector add's time on an H100).
+struct L2FlushParams {
+  uint64_t data;
+  uint64_t words;
+  uint64_t sink;
+};
+
+// keval_sample_start: one thread, enqueued right before a sample's start event, that holds the
+// stream until the host writes `token` to the host-mapped word at `release` (or `timeout_ns` of
+// the global timer pass), then writes 1 (released) or 2 (timed out) to `outcome`. The host
+// releases it once everything the sample replays is enqueued, so no host-side cost of enqueueing
+// it (the driver's, a tracer's) lands between the events; its end marks the start of the sample
+// in the device trace.
+struct SampleStartParams {
+  uint64_t release; // const volatile uint32_t*, host-mapped
+  uint64_t outcome; // uint32_t*, host-mapped
+  uint64_t timeout_ns;
+  uint32_t token;
+};
+
+// keval_sample_stop: one thread that does nothing; enqueued right after a sample's stop event,
+// its start marks the end of the sample in the device trace.
+struct SampleStopParams {
+  uint64_t unused;
+};
+
+// keval_clock_probe: one thread counts SM cycles over at least `min_ns` of the global timer and
+// writes {cycles, nanoseconds} to `out` (two uint64_t): the SM clock the device runs at now.
+struct ClockProbeParams {
+  uint64_t out;
+  uint64_t min_ns;
+};
+
 inline constexpr const char* kFillKernel = "keval_fill";
 inline constexpr const char* kFillPattern64Kernel = "keval_fill_pattern64";
 inline constexpr const char* kGatherKernel = "keval_gather";
@@ -98,5 +134,9 @@ inline constexpr const char* kSameBytesKernel = "keval_same_bytes";
 inline constexpr const char* kCompareTotalsKernel = "keval_compare_totals";
 inline constexpr const char* kCompareFindMismatchKernel = "keval_compare_find_mismatch";
 inline constexpr const char* kCompareFindMaxAbsKernel = "keval_compare_find_max_abs";
+inline constexpr const char* kL2FlushKernel = "keval_l2_flush";
+inline constexpr const char* kSampleStartKernel = "keval_sample_start";
+inline constexpr const char* kSampleStopKernel = "keval_sample_stop";
+inline constexpr const char* kClockProbeKernel = "keval_clock_probe";
 
 } // namespace keval::worker::detail

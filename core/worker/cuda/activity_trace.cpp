@@ -1,0 +1,246 @@
+#include "worker/cuda/detail/activity_trace.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+
+#if KEVAL_HAVE_CUPTI
+#include <cupti.h>
+#include <cxxabi.h>
+#include <dlfcn.h>
+#endif
+
+namespace keval::worker::detail {
+
+#if KEVAL_HAVE_CUPTI
+namespace {
+
+// Every CUPTI entry point the trace uses, with the types cupti.h declares.
+#define KEVAL_CUPTI_FUNCTIONS(X)                                                                   \
+  X(cuptiActivityRegisterCallbacks)                                                                \
+  X(cuptiActivityEnable)                                                                           \
+  X(cuptiActivityFlushAll)                                                                         \
+  X(cuptiActivityGetNextRecord)                                                                    \
+  X(cuptiActivityGetNumDroppedRecords)                                                             \
+  X(cuptiGetResultString)
+
+struct CuptiApi {
+#define KEVAL_CUPTI_DECLARE(name) decltype(&::name) name = nullptr;
+  KEVAL_CUPTI_FUNCTIONS(KEVAL_CUPTI_DECLARE)
+#undef KEVAL_CUPTI_DECLARE
+};
+
+std::string soname() {
+  return "libcupti.so." + std::to_string(CUDA_VERSION / 1000);
+}
+
+// One CUPTI per process: the copy a library already loaded (torch's own), else one on the loader's
+// path, else the toolkit's we were built with (KEVAL_CUPTI_DIRS, ':'-separated).
+void* open_cupti(std::string& why) {
+  const std::string name = soname();
+  if (void* handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_NOLOAD))
+    return handle;
+  if (void* handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))
+    return handle;
+  std::string tried = name;
+  std::string_view dirs = KEVAL_CUPTI_DIRS;
+  while (!dirs.empty()) {
+    const size_t colon = dirs.find(':');
+    const std::string path = std::string(dirs.substr(0, colon)) + "/" + name;
+    dirs = colon == std::string_view::npos ? std::string_view() : dirs.substr(colon + 1);
+    if (void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL))
+      return handle;
+    tried += ", " + path;
+  }
+  why = "CUPTI is not installed: cannot load " + tried;
+  return nullptr;
+}
+
+std::string result_text(const CuptiApi& api, CUptiResult result) {
+  const char* text = nullptr;
+  if (api.cuptiGetResultString != nullptr && api.cuptiGetResultString(result, &text) == 0 &&
+      text != nullptr)
+    return text;
+  return "CUPTI error " + std::to_string(static_cast<int>(result));
+}
+
+// What the buffer callbacks fill and take() empties. CUPTI calls them from its own thread as
+// well as from inside cuptiActivityFlushAll.
+struct Collected {
+  std::mutex mutex;
+  std::vector<TracedWork> records;
+  size_t dropped = 0;
+  bool overflowed = false;
+  std::unordered_map<std::string, std::string> demangled; // raw name -> demangled
+};
+
+CuptiApi g_api;
+Collected g_collected;
+
+constexpr size_t kBufferBytes = 4u << 20;
+constexpr size_t kMaxDemangledNames = 4096;
+
+std::string demangle(Collected& c, const char* raw) {
+  if (raw == nullptr)
+    return "?";
+  if (auto it = c.demangled.find(raw); it != c.demangled.end())
+    return it->second;
+  int status = 0;
+  char* text = abi::__cxa_demangle(raw, nullptr, nullptr, &status);
+  std::string name = status == 0 && text != nullptr ? text : raw;
+  std::free(text);
+  if (name.size() > kMaxWorkNameBytes)
+    name.resize(kMaxWorkNameBytes);
+  if (c.demangled.size() < kMaxDemangledNames)
+    c.demangled.emplace(raw, name);
+  return name;
+}
+
+const char* copy_direction(uint8_t kind) {
+  switch (kind) {
+  case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+    return "HtoD";
+  case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+    return "DtoH";
+  case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+    return "DtoD";
+  case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH:
+    return "HtoH";
+  case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+    return "PtoP";
+  default:
+    return "array";
+  }
+}
+
+void keep(Collected& c, TracedWork work) {
+  if (c.records.size() >= ActivityTrace::kMaxRecords) {
+    c.overflowed = true;
+    return;
+  }
+  c.records.push_back(std::move(work));
+}
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  // CUPTI wants 8-byte alignment; a failed allocation hands it no buffer, and it counts what it
+  // then drops (take() reports that).
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = *buffer != nullptr ? kBufferBytes : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t,
+                               size_t valid) {
+  Collected& c = g_collected;
+  std::lock_guard lock(c.mutex);
+  CUpti_Activity* record = nullptr;
+  while (g_api.cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    switch (record->kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+      keep(c, {TracedWork::Kind::kernel, demangle(c, k->name), k->start, k->end, k->streamId});
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+      keep(c,
+           {TracedWork::Kind::memcpy, copy_direction(m->copyKind), m->start, m->end, m->streamId});
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+      keep(c, {TracedWork::Kind::memset, "memset", m->start, m->end, m->streamId});
+      break;
+    }
+    default:
+      break;
+    }
+  }
+  size_t dropped = 0;
+  if (g_api.cuptiActivityGetNumDroppedRecords(context, stream, &dropped) == CUPTI_SUCCESS)
+    c.dropped += dropped;
+  std::free(buffer);
+}
+
+// Loads CUPTI and turns tracing on; the reason when it cannot (empty when it did).
+std::string enable() {
+  std::string why;
+  void* handle = open_cupti(why);
+  if (handle == nullptr)
+    return why;
+#define KEVAL_CUPTI_RESOLVE(name)                                                                  \
+  g_api.name = reinterpret_cast<decltype(g_api.name)>(::dlsym(handle, #name));                     \
+  if (g_api.name == nullptr)                                                                       \
+    return "CUPTI (" + soname() + ") lacks " #name;
+  KEVAL_CUPTI_FUNCTIONS(KEVAL_CUPTI_RESOLVE)
+#undef KEVAL_CUPTI_RESOLVE
+  if (const CUptiResult r =
+          g_api.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+      r != CUPTI_SUCCESS)
+    return "CUPTI refused activity buffers: " + result_text(g_api, r);
+  for (const auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                          CUPTI_ACTIVITY_KIND_MEMSET})
+    if (const CUptiResult r = g_api.cuptiActivityEnable(kind); r != CUPTI_SUCCESS)
+      return "CUPTI refused to trace device activity (kind " + std::to_string(kind) +
+             "): " + result_text(g_api, r) +
+             (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+                  ? " (another profiler holds CUPTI in this process)"
+                  : "");
+  return {};
+}
+
+} // namespace
+
+#else
+namespace {
+
+std::string enable() {
+  return "keval was built without CUPTI's headers (cupti.h): device work is not traced";
+}
+
+} // namespace
+#endif
+
+namespace {
+std::atomic<ActivityTrace*> g_started{nullptr};
+}
+
+ActivityTrace& ActivityTrace::start() {
+  static const std::string why = enable();
+  static ActivityTrace trace;
+  if (!why.empty())
+    throw TraceUnavailable(why);
+  g_started.store(&trace);
+  return trace;
+}
+
+ActivityTrace* ActivityTrace::if_started() {
+  return g_started.load();
+}
+
+std::vector<TracedWork> ActivityTrace::take() {
+#if KEVAL_HAVE_CUPTI
+  g_api.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  Collected& c = g_collected;
+  std::lock_guard lock(c.mutex);
+  std::vector<TracedWork> out;
+  out.swap(c.records);
+  const size_t dropped = std::exchange(c.dropped, 0);
+  const bool overflowed = std::exchange(c.overflowed, false);
+  if (dropped > 0)
+    throw TraceLost("CUPTI dropped " + std::to_string(dropped) +
+                    " device activity records in the process that ran the kernel");
+  if (overflowed)
+    throw TraceLost("more than " + std::to_string(kMaxRecords) +
+                    " device operations in one sample: too many to trace");
+  return out;
+#else
+  return {}; // start() never succeeds without CUPTI
+#endif
+}
+
+} // namespace keval::worker::detail

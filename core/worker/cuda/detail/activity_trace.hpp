@@ -1,0 +1,44 @@
+// CUPTI activity tracing of everything the calling process does on its devices: kernels (on any
+// stream, from any thread, graph nodes included), copies and memsets, each with the device's start
+// and end timestamps. Runners trace the samples they time with it (worker/engine/device_work.hpp
+// says what is made of the records).
+//
+// CUPTI is loaded at run time (libcupti.so.13: one a library in the process already loaded, such
+// as torch's, else the toolkit's), like the driver: nothing links it, and a machine without it
+// reports why. Its activity API is process-wide, so there is one trace per process.
+#pragma once
+
+#include "worker/engine/device_work.hpp"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace keval::worker::detail {
+
+// CUPTI could not be loaded or refused to trace (another profiler owns it, too old, ...).
+class TraceUnavailable : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+class ActivityTrace {
+public:
+  // Turns tracing on for this process the first time (later calls return the same trace).
+  // Throws TraceUnavailable, then and on every later call, when it cannot.
+  static ActivityTrace& start();
+  // The trace when start() has turned it on in this process, else null (never starts it).
+  static ActivityTrace* if_started();
+
+  // Every record completed since the last call, after asking CUPTI to deliver what it holds.
+  // Call once the device work of interest has finished. Throws TraceLost when CUPTI dropped
+  // records or more arrived than one call may hold (kMaxRecords).
+  std::vector<TracedWork> take();
+
+  static constexpr size_t kMaxRecords = 1u << 20;
+
+private:
+  ActivityTrace() = default;
+};
+
+} // namespace keval::worker::detail
