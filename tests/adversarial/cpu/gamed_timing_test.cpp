@@ -188,25 +188,37 @@ TEST_F(GamedTiming, SamplingStopsWhenTheNoiseTargetIsMet) {
             sampling.at("samples"));
 }
 
-// Without a CUDA device nothing is traced and no clock is read: each side says why, and no flag
-// that needs a trace (library_only, work_after_completion) is raised.
-TEST_F(GamedTiming, WithoutADeviceEachSideSaysWhyItsWorkIsNotTraced) {
+// Each side's device work is traced where the job ran on a CUDA device, and says why not where it
+// did not (the CPU, or "device_trace": false); the SM clock likewise. An honest candidate raises
+// no flag either way.
+TEST_F(GamedTiming, EachSideIsTracedOrSaysWhyNot) {
   TempDir tmp;
-  const auto run =
-      run_mode("compare", torch_compare("reference_relu.py", source("honest_model_new.py")),
-               tmp.path() / "state");
-  ASSERT_TRUE(correctness(run.body)) << describe(run);
-  const auto& profiling =
-      exec_result(run.body).at("metadata").as_object().at("profiling").as_object();
-  for (const char* side : {"ref", "custom"}) {
-    const auto& work = profiling.at("device_work").at(side).as_object();
-    EXPECT_FALSE(work.at("traced").as_bool()) << shown(work);
-    EXPECT_NE(text(work.at("reason")).find("no CUDA device"), std::string::npos) << shown(work);
+  for (const bool trace : {true, false}) {
+    const auto run = run_mode("compare",
+                              torch_compare("reference_relu.py", source("honest_model_new.py"),
+                                            {{"device_trace", trace}}),
+                              tmp.path() / (trace ? "traced" : "untraced"));
+    ASSERT_TRUE(correctness(run.body)) << describe(run);
+    const auto& metadata = exec_result(run.body).at("metadata").as_object();
+    const bool on_gpu = text(metadata.at("device").at("type")) == "cuda";
+    const auto& profiling = metadata.at("profiling").as_object();
+    for (const char* side : {"ref", "custom"}) {
+      const auto& work = profiling.at("device_work").at(side).as_object();
+      EXPECT_EQ(work.at("traced").as_bool(), on_gpu && trace) << shown(work);
+      if (!on_gpu)
+        EXPECT_NE(text(work.at("reason")).find("no CUDA device"), std::string::npos) << shown(work);
+      else if (!trace)
+        EXPECT_NE(text(work.at("reason")).find("device_trace: false"), std::string::npos)
+            << shown(work);
+      else
+        EXPECT_GT(work.at("kernel_time").at("median").to_number<double>(), 0.0) << shown(work);
+    }
+    const auto& sampling = profiling.at("sampling").as_object();
+    EXPECT_EQ(sampling.contains("throttled_samples"), on_gpu) << shown(sampling);
+    if (!on_gpu)
+      EXPECT_NE(text(sampling.at("sm_clock")).find("no CUDA device"), std::string::npos);
+    EXPECT_TRUE(flags_of(run.body).empty()) << json::serialize(flags_of(run.body));
   }
-  EXPECT_NE(text(profiling.at("sampling").at("sm_clock")).find("no CUDA device"),
-            std::string::npos);
-  EXPECT_FALSE(profiling.at("sampling").as_object().contains("throttled_samples"));
-  EXPECT_TRUE(flags_of(run.body).empty()) << json::serialize(flags_of(run.body));
 }
 
 // The honest controls: no flag, correct, on every path the cases above take.
