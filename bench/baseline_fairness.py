@@ -7,7 +7,8 @@ printing per run both sides' methods, medians and the speedup, then the median s
 run the same code, so anything but 1.00 is what keval's timing does to one side and not the other.
 With --untraced the same is done with "device_trace": false beside it.
 
-usage: bench/baseline_fairness.py [--keval build/bin/keval] [--runs 3] [--untraced] [--json FILE]
+usage: bench/baseline_fairness.py [--keval build/bin/keval] [--runs 3] [--untraced]
+                                  [--examples FILE...] [--json FILE]
 """
 import argparse
 import json
@@ -50,6 +51,7 @@ def main():
     parser.add_argument("--keval", default=str(ROOT / "build/bin/keval"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--untraced", action="store_true", help='also with "device_trace": false')
+    parser.add_argument("--examples", nargs="+", default=EXAMPLES, help="files under examples/")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     rows = []
@@ -57,7 +59,7 @@ def main():
     print(f"{'example':34s} {'variant':9s} {'run':>3s} {'ref method':>11s} {'ref us':>9s} "
           f"{'cand method':>11s} {'cand us':>9s} {'speedup':>8s}")
     with tempfile.TemporaryDirectory(prefix="keval-fairness-") as tmp:
-        for example in EXAMPLES:
+        for example in args.examples:
             for variant, extra in variants:
                 speedups = []
                 for i in range(args.runs):
