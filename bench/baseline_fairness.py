@@ -27,7 +27,9 @@ def baseline(example):
     request = json.loads((ROOT / "examples" / example).read_text())
     ref = request["ref_kernel"]
     if ref["kernel_type"] == "cuda" or "class Model" not in ref["source_code"]:
-        request["custom_kernel"] = dict(ref)  # the same kernel or function, the same io
+        # The same kernel or function; the IOContract the request has (it may sit on one side).
+        io = ref.get("io") or request["custom_kernel"].get("io")
+        request["custom_kernel"] = dict(ref, **({"io": io} if io else {}))
     else:
         request["custom_kernel"] = {"kernel_type": "torch",
                                     "source_code": ref["source_code"] + "\n\nModelNew = Model\n"}
