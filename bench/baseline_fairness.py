@@ -2,7 +2,8 @@
 """Baselines compared with themselves: the speedup keval reports should be 1.00 (issue 13, item 7).
 
 For each example compare it swaps the candidate for the reference itself (`ModelNew = Model` for
-the Python types, the reference's own source for cuda) and runs `keval compare` --runs times,
+a KernelBench Model, the reference's own source for cuda; a function reference is swapped for
+the candidate instead) and runs `keval compare` --runs times,
 printing per run both sides' methods, medians and the speedup, then the median speedup. Both sides
 run the same code, so anything but 1.00 is what keval's timing does to one side and not the other.
 With --untraced the same is done with "device_trace": false beside it.
@@ -26,10 +27,12 @@ EXAMPLES = ["torch_kernelbench_compare.json", "torch_cuda_kernelbench_add.json",
 def baseline(example):
     request = json.loads((ROOT / "examples" / example).read_text())
     ref = request["ref_kernel"]
-    if ref["kernel_type"] == "cuda" or "class Model" not in ref["source_code"]:
-        # The same kernel or function; the IOContract the request has (it may sit on one side).
-        io = ref.get("io") or request["custom_kernel"].get("io")
-        request["custom_kernel"] = dict(ref, **({"io": io} if io else {}))
+    if ref["kernel_type"] == "cuda":
+        request["custom_kernel"] = dict(ref)
+    elif "class Model" not in ref["source_code"]:
+        # A function reference (its IOContract on the candidate's side, in the type's terms):
+        # the candidate against itself.
+        request["ref_kernel"] = dict(request["custom_kernel"])
     else:
         request["custom_kernel"] = {"kernel_type": "torch",
                                     "source_code": ref["source_code"] + "\n\nModelNew = Model\n"}
