@@ -106,7 +106,9 @@ TEST_F(PluginTemplate, InstalledKevalListsTheOutOfTreePlugin) {
     if (o.contains("kernel_type") && o.at("kernel_type") == "axpy") {
       found = true;
       EXPECT_TRUE(o.at("usable").as_bool()) << json::serialize(o);
-      EXPECT_EQ(o.at("api_version"), "1.1");
+      // It uses no 1.1 feature (no prewarm): it says it runs on 1.0 hosts too, whatever
+      // header it was built with.
+      EXPECT_EQ(o.at("api_version"), "1.0");
     }
   }
   EXPECT_TRUE(found) << r.out;

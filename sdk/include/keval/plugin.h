@@ -6,11 +6,30 @@
  * hidden (-fvisibility=hidden). The boundary is plain C so that plugins built with another
  * compiler or standard library keep working (the pattern of PJRT's C API and Vulkan ICDs).
  *
- * Versioning rules:
+ * Versioning rules (what changed in each version: CHANGELOG.md beside this header):
  *   - keval_plugin_api.api_major must equal the host's KEVAL_PLUGIN_API_MAJOR;
  *     keval_plugin_api.api_minor must not exceed the host's KEVAL_PLUGIN_API_MINOR.
+ *   - api_minor is the oldest minor version whose hosts can run the plugin: the newest feature
+ *     it uses (KEVAL_PLUGIN_API_MINOR_* below), not the header it was built with, so that an
+ *     unchanged plugin rebuilt against newer headers still loads in older hosts.
  *   - Every struct starts with `struct_size`. Fields are only ever appended. A reader accesses a
  *     field only when struct_size covers it (KEVAL_STRUCT_HAS), so old and new binaries mix.
+ *
+ * Threading and process rules (what the host guarantees, and plugins may rely on):
+ *   - One job per process: a plugin is loaded into a process (a runner) that serves one side of
+ *     one job and exits. Globals, caches and interpreters may live for the process; nothing of one
+ *     job can reach the next. prewarm() runs, at most once, before that job is known.
+ *   - One thread calls in: every entry point is called from the runner's single serving thread,
+ *     never concurrently, in the order manifest, [prewarm], compile, bind_device, then any number
+ *     of default_inputs and launch calls, then kernel_destroy. A plugin needs no locking for calls
+ *     from the host; threads it starts itself are its own to manage.
+ *   - manifest() may also run in a short-lived probe process that calls nothing else.
+ *   - The device context: bind_device, default_inputs and launch run with the granted device's
+ *     context current on the calling thread; compile runs before any device exists for the job.
+ *   - Streams: launch enqueues on args->stream, the same stream bind_device received; the host
+ *     synchronises that stream, times it, and may capture it into a CUDA graph (so a launch must
+ *     not synchronise it or allocate from a non-graph-safe allocator when it can avoid it: it is
+ *     then timed with events instead).
  *
  * Ownership rules (each pointer below says which applies):
  *   - "borrowed, call": valid only for the duration of the call that received it.
@@ -33,7 +52,11 @@ extern "C" {
 #endif
 
 #define KEVAL_PLUGIN_API_MAJOR 1
-#define KEVAL_PLUGIN_API_MINOR 1 /* 1.1: prewarm */
+#define KEVAL_PLUGIN_API_MINOR 1 /* the newest minor version this header describes */
+
+/* The minor version that introduced each optional feature: a plugin's api_minor is the largest of
+ * those it uses (0 when it uses none). */
+#define KEVAL_PLUGIN_API_MINOR_PREWARM 1 /* keval_plugin_api.prewarm */
 
 /* The one exported symbol. Its type is keval_plugin_entry_fn. */
 #define KEVAL_PLUGIN_ENTRY_NAME "keval_plugin_entry_v1"
@@ -244,7 +267,7 @@ typedef struct keval_default_inputs_args {
 typedef struct keval_plugin_api {
   size_t struct_size;
   uint32_t api_major; /* KEVAL_PLUGIN_API_MAJOR the plugin was built with */
-  uint32_t api_minor; /* KEVAL_PLUGIN_API_MINOR the plugin was built with */
+  uint32_t api_minor; /* the oldest minor version it runs on: the newest feature it uses */
 
   /* Releases an error returned by any call below. */
   void (*error_destroy)(keval_error* error);

@@ -259,7 +259,8 @@ template <class Plugin> const keval_plugin_api* api_table() {
     keval_plugin_api t{};
     t.struct_size = sizeof(keval_plugin_api);
     t.api_major = KEVAL_PLUGIN_API_MAJOR;
-    t.api_minor = KEVAL_PLUGIN_API_MINOR;
+    // The oldest hosts that can run it (plugin.h's versioning rules), not this header's minor.
+    t.api_minor = HasPrewarm<Plugin>::value ? KEVAL_PLUGIN_API_MINOR_PREWARM : 0;
     t.error_destroy = &destroy_error;
     t.manifest = &manifest_thunk<Plugin>;
     t.compile = &compile_thunk<Plugin>;

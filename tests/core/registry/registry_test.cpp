@@ -60,6 +60,21 @@ TEST(Registry, NewerMinorIsRejected) {
       << reg.plugins()[0].error;
 }
 
+// A plugin built against SDK 1.0 (a table that ends before `prewarm`) still loads in this host,
+// which reads nothing past the table's struct_size.
+TEST(Registry, ATableSizedForSdk10Loads) {
+  TempDir tmp;
+  const auto reg =
+      Registry::discover({plugin_dir_with(tmp, "a", {"keval_test_v1_0"})}, worker_exe());
+  ASSERT_EQ(reg.plugins().size(), 1u);
+  const auto& info = reg.plugins()[0];
+  EXPECT_TRUE(info.usable()) << info.error;
+  EXPECT_EQ(info.api_major, 1u);
+  EXPECT_EQ(info.api_minor, 0u);
+  EXPECT_FALSE(info.prewarm) << "prewarm lies past a 1.0 table's struct_size";
+  EXPECT_EQ(info.kernel_type, "v1_0");
+}
+
 TEST(Registry, MissingEntrySymbolIsRejectedWithoutLoading) {
   TempDir tmp;
   const auto reg =

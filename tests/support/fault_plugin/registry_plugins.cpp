@@ -47,7 +47,29 @@ const int crash = [] {
 
 } // namespace
 
+#ifdef KEVAL_TEST_V1_0_TABLE
+// A plugin built against SDK 1.0: its table ends before `prewarm`. What lies past its struct_size
+// is not its table, so a host that reads it anyway would call this and crash.
+keval_error* not_in_a_1_0_table() {
+  std::abort();
+}
+#endif
+
 extern "C" KEVAL_PLUGIN_EXPORT const keval_plugin_api* keval_plugin_entry_v1(void) {
+#ifdef KEVAL_TEST_V1_0_TABLE
+  static const keval_plugin_api v1_0{offsetof(keval_plugin_api, prewarm),
+                                     1,
+                                     0,
+                                     &error_destroy,
+                                     &manifest,
+                                     &compile,
+                                     &bind,
+                                     nullptr,
+                                     &launch,
+                                     &destroy,
+                                     &not_in_a_1_0_table};
+  return &v1_0;
+#else
   static const keval_plugin_api api{sizeof(keval_plugin_api),
                                     KEVAL_TEST_MAJOR,
                                     KEVAL_TEST_MINOR,
@@ -59,6 +81,7 @@ extern "C" KEVAL_PLUGIN_EXPORT const keval_plugin_api* keval_plugin_entry_v1(voi
                                     &launch,
                                     &destroy};
   return &api;
+#endif
 }
 #else
 // Exports something, just not the entry point.

@@ -65,7 +65,7 @@ template <const KernelTypeSpec& Spec> const keval_plugin_api* plugin_api() {
     keval_plugin_api t{};
     t.struct_size = sizeof(keval_plugin_api);
     t.api_major = KEVAL_PLUGIN_API_MAJOR;
-    t.api_minor = KEVAL_PLUGIN_API_MINOR;
+    t.api_minor = KEVAL_PLUGIN_API_MINOR_PREWARM; // every Python type prewarms its interpreter
     t.error_destroy = &keval_python_error_destroy;
     t.manifest = []() -> const keval_manifest* {
       static const keval_manifest manifest{sizeof(keval_manifest), Spec.kernel_type,
