@@ -143,7 +143,7 @@ def body_of(data):
 
 
 def verdict_of(status, body):
-    """The verdict (as /stats names them) of a finished job's seed-000 response."""
+    """The verdict (as /stats names them) of a finished job's V2 response."""
     if status == 500:
         return "infrastructure_failure"
     if status != 200:

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Writes the fuzzers' seed corpus, fuzz/corpus/<target>/, from what keval's own tests and
 examples send: the request examples (examples/*.json), the fault-plugin requests the daemon tests
-use, the JSON examples of seed 000's manual when its text is given (--seed-000), and hand-written
+use, the JSON examples of the V2 contract's manual when its text is given (--v2-manual), and hand-written
 hostile cases (wrong types, absurd sizes, deep nesting, NUL bytes, corrupt base64 and zlib).
 
-    fuzz/make_corpus.py [--seed-000 PATH]      rewrites fuzz/corpus/ (deterministic)
+    fuzz/make_corpus.py [--v2-manual PATH]      rewrites fuzz/corpus/ (deterministic)
 
 Small on purpose: seeds show the fuzzer the shapes; it finds the rest.
 """
@@ -46,13 +46,13 @@ def fault_compare(ref=None, custom=None):
             "num_trials": 5, "timeout": 60}
 
 
-def requests(seed_000):
+def requests(v2_manual):
     """(name, body text) pairs."""
     out = []
     for path in sorted((ROOT / "examples").glob("*.json")):
         out.append(("example_" + path.stem, path.read_text()))
-    if seed_000:
-        text = Path(seed_000).read_text()
+    if v2_manual:
+        text = Path(v2_manual).read_text()
         for i, block in enumerate(re.findall(r"```json\n(.*?)```", text, re.S)):
             out.append((f"seed000_json_{i}", block)) # some are annotated, not valid JSON: kept
     zeros = struct.pack("<4f", 0.0, 1.0, 2.0, 3.0)
@@ -221,9 +221,9 @@ def write(target, items):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seed-000", help="seed 000's manual: its JSON examples become seeds")
+    parser.add_argument("--v2-manual", help="the V2 contract's manual: its JSON examples become seeds")
     args = parser.parse_args()
-    write("request", requests(args.seed_000))
+    write("request", requests(args.v2_manual))
     write("http", http_inputs().items())
     write("frame", frame_inputs().items())
     for target in ("request", "http", "frame"):

@@ -1,5 +1,5 @@
 // Fuzz target: a request body as POST /evaluate and POST /compare receive it — JSON text, the
-// seed-000 model, IOContract validation (tensor specs, inline base64/zlib data, launch config),
+// V2-contract model, IOContract validation (tensor specs, inline base64/zlib data, launch config),
 // with the daemon's default limits. Checked:
 // - parsing throws nothing but RequestError;
 // - the 400 body built from a RequestError, and a parsed request's warnings, are valid JSON

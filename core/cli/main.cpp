@@ -1,9 +1,9 @@
 // keval — the command-line host.
 //
-//   keval evaluate REQUEST.json|-    evaluate one kernel (seed 000's POST /evaluate body)
-//   keval compare REQUEST.json|-     reference vs custom (seed 000's POST /compare body)
+//   keval evaluate REQUEST.json|-    evaluate one kernel (the V2 contract's POST /evaluate body)
+//   keval compare REQUEST.json|-     reference vs custom (the V2 contract's POST /compare body)
 //   keval plugins [--json]           list kernel-type plugins and why any could not load
-//   keval serve [options]            the daemon: seed 000's HTTP API on a Unix socket
+//   keval serve [options]            the daemon: the V2 contract's HTTP API on a Unix socket
 //   keval version
 //
 // The result JSON goes to stdout; logs and progress go to stderr.
@@ -44,10 +44,10 @@ constexpr int kExitInfrastructure = 3;
 const char* kUsage = R"(usage: keval <command> [options]
 
 commands:
-  evaluate REQUEST.json|-   evaluate one kernel (body of seed 000's POST /evaluate)
+  evaluate REQUEST.json|-   evaluate one kernel (body of the V2 contract's POST /evaluate)
   compare REQUEST.json|-    compare a custom kernel with a reference (POST /compare)
   plugins [--json]          list kernel-type plugins, their capabilities and load errors
-  serve                     run the daemon: seed 000's HTTP/JSON API (POST /evaluate, /compare,
+  serve                     run the daemon: the V2 contract's HTTP/JSON API (POST /evaluate, /compare,
                             GET /jobs/ID, /health, /stats, /metrics, ...) on a Unix socket
   version                   print the version
 

@@ -92,7 +92,7 @@ void Api::route(const HttpRequest& request, const Respond& respond) {
                                      : request::EvalRequest::Mode::evaluate,
                   respond);
   }
-  for (const std::string prefix : {"/jobs/", "/job/"}) // seed 000 polls /job/{id}
+  for (const std::string prefix : {"/jobs/", "/job/"}) // the V2 contract polls /job/{id}
     if (path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0 &&
         path.find('/', prefix.size()) == std::string::npos)
       return job(request, path.substr(prefix.size()), respond);
@@ -180,7 +180,7 @@ void Api::job(const HttpRequest& request, const std::string& id, const Respond& 
 HttpResponse Api::result_response(const json::object& record) const {
   auto res =
       json_response(static_cast<http::status>(record_http_status(record)), record_response(record));
-  // Seed 000 names the GPU type in this header; keval names the device the job ran on.
+  // The V2 contract names the GPU type in this header; keval names the device the job ran on.
   std::string gpu_type = record_gpu_type(record);
   if (gpu_type.empty())
     gpu_type = devices_.uniform_gpu_type();

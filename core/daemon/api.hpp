@@ -1,7 +1,7 @@
-// The HTTP API of seed 000, and keval's additions: what each route answers. Transport-free: the
-// HTTP layer hands over a complete request and writes back whatever `reply` receives.
+// The HTTP API of the V2 contract, and keval's additions: what each route answers. Transport-free:
+// the HTTP layer hands over a complete request and writes back whatever `reply` receives.
 //
-//   POST /evaluate, POST /compare      run a job: synchronous (the seed-000 response), or with
+//   POST /evaluate, POST /compare      run a job: synchronous (the V2 response), or with
 //                                      "async": true, 202 and a job_id at once
 //   GET /jobs/{id}, GET /job/{id}      the job's status and the phases it finished (500
 //                                      "record_refused" when its record on disk is not ours)

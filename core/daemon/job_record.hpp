@@ -9,12 +9,12 @@
 
 namespace keval::daemon {
 
-// GET /jobs/{id}: seed 000's JobState (job_id, status, compilation_result, validation_result,
-// profiling_result, result) plus mode, stage, timestamps, device, http_status, interrupted.
-// The request is left out: clients have it, and it can be large.
+// GET /jobs/{id}: the V2 contract's JobState (job_id, status, compilation_result,
+// validation_result, profiling_result, result) plus mode, stage, timestamps, device, http_status,
+// interrupted. The request is left out: clients have it, and it can be large.
 boost::json::object job_view(const boost::json::object& record);
 
-// The seed-000 response of a finished job, and the HTTP status it is served with.
+// The V2 response of a finished job, and the HTTP status it is served with.
 const boost::json::object& record_response(const boost::json::object& record);
 int record_http_status(const boost::json::object& record);
 

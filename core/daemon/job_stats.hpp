@@ -1,6 +1,6 @@
-// What GET /stats and GET /metrics report (seed 000's "Metrics Collection": compilation success
-// rate and time, profiling time and graph-capture rate, correctness rate, throughput, latency,
-// active jobs, GPU utilisation), and the counters that accumulate it.
+// What GET /stats and GET /metrics report (the V2 contract's "Metrics Collection": compilation
+// success rate and time, profiling time and graph-capture rate, correctness rate, throughput,
+// latency, active jobs, GPU utilisation), and the counters that accumulate it.
 #pragma once
 
 #include "daemon/device_pool.hpp"

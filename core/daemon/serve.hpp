@@ -1,5 +1,5 @@
-// `keval serve`: the daemon. HTTP/JSON (seed 000's API) on a Unix socket, TCP on request, a job
-// manager over every visible GPU, and a two-stage shutdown: the first SIGTERM/SIGINT stops
+// `keval serve`: the daemon. HTTP/JSON (the V2 contract's API) on a Unix socket, TCP on request, a
+// job manager over every visible GPU, and a two-stage shutdown: the first SIGTERM/SIGINT stops
 // accepting and lets running jobs finish within a grace period, the second cancels them.
 #pragma once
 

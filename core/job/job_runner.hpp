@@ -49,7 +49,7 @@ supervisor::JobLaunch make_launch(const request::EvalRequest& request,
 result::Response run_job(const request::EvalRequest& request, const registry::Registry& registry,
                          const store::JobStore& store, const RunOptions& options);
 
-// The seed-000 job status once `phase` ("compiled", "validated", "profiled") has arrived:
+// The V2 job status once `phase` ("compiled", "validated", "profiled") has arrived:
 // "validating" after compiling, "profiling" after validating and until the worker is done.
 const char* status_after_phase(const std::string& phase);
 // The status of a finished job: "failed" when keval or the machine failed (HTTP 500), else

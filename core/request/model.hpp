@@ -1,4 +1,4 @@
-// The request model of seed 000 (the compatibility spec): KernelCode, IOContract, and the
+// The request model of the V2 contract (the compatibility spec): KernelCode, IOContract, and the
 // evaluate / compare requests. Plain data; parsing and validation live in parse.hpp.
 #pragma once
 
@@ -13,7 +13,7 @@
 
 namespace keval::request {
 
-// Element types seed 000 allows ("PyTorch dtype string").
+// Element types the V2 contract allows ("PyTorch dtype string").
 enum class DType { f16, bf16, f32, f64, i8, i16, i32, i64, u8, boolean };
 
 // Name as written in requests ("float32", "bfloat16", "int64", "bool", ...).
@@ -95,7 +95,7 @@ struct KernelCode {
   boost::json::value io_json; // the `io` object exactly as sent (null when absent)
 };
 
-// Tolerances for correctness (seed 000 default: atol = rtol = 1e-2).
+// Tolerances for correctness (the V2 contract default: atol = rtol = 1e-2).
 struct Tolerance {
   double atol = 1e-2;
   double rtol = 1e-2;

@@ -218,7 +218,7 @@ std::vector<std::string> parse_strict(const json::value& value, const std::strin
   return names;
 }
 
-// num_trials and timeout are seed 000's; the rest are keval extensions.
+// num_trials and timeout are the V2 contract's; the rest are keval extensions.
 void parse_settings(EvalRequest& request, ObjectReader& reader, const Limits& limits) {
   if (const json::value* trials = reader.optional("num_trials"))
     request.num_trials = read_positive_int(*trials, "num_trials", limits.max_num_trials);

@@ -1,4 +1,4 @@
-// Parsing and validation of seed-000 requests. Every error names the JSON path at fault,
+// Parsing and validation of V2-contract requests. Every error names the JSON path at fault,
 // e.g. "custom_kernel.io.args[2].tensor_spec.shape[1]: must be > 0". Absurd sizes are
 // rejected here, before any worker starts.
 #pragma once

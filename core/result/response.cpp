@@ -62,7 +62,7 @@ const json::object* phase(const JobRecord& r, const char* name) {
   return it == r.phases.end() ? nullptr : &it->second;
 }
 
-// "message\n\ndetails" — the one string seed-000 clients read, with the full log kept.
+// "message\n\ndetails" — the one string V2 clients read, with the full log kept.
 std::string error_text(const std::optional<protocol::ErrorInfo>& error) {
   if (!error)
     return {};
@@ -240,8 +240,8 @@ Response build_response(const JobRecord& record) {
   exec["metadata"] = std::move(metadata);
   body["kernel_exec_result"] = std::move(exec);
 
-  // Classification. No usable device is the machine's failure, not the kernel's (seed 000: "GPU
-  // resource allocation failure" is a 500).
+  // Classification. No usable device is the machine's failure, not the kernel's (the V2 contract:
+  // "GPU resource allocation failure" is a 500).
   const bool no_device = validated && validated->error && validated->error->type == "no_device";
   const bool infrastructure =
       no_device || (ended_badly && (is_infrastructure_end(outcome->end) || !compiled));

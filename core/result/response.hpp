@@ -1,5 +1,5 @@
-// Turning what a job produced (phase results + how its worker ended) into the seed-000
-// response, and classifying it into the three failure classes of seed 000.
+// Turning what a job produced (phase results + how its worker ended) into the V2
+// response, and classifying it into the three failure classes of the V2 contract.
 #pragma once
 
 #include "supervisor/worker_session.hpp"
@@ -13,8 +13,8 @@
 
 namespace keval::result {
 
-// Seed 000's classes: the kernel is wrong (HTTP 200), the request is wrong (400), keval or the
-// machine failed (500). `success` is a kernel that compiled and passed.
+// The V2 contract's classes: the kernel is wrong (HTTP 200), the request is wrong (400), keval or
+// the machine failed (500). `success` is a kernel that compiled and passed.
 enum class Verdict { success, kernel_failed, bad_request, infrastructure };
 
 const char* verdict_name(Verdict verdict);

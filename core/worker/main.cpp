@@ -66,7 +66,7 @@ int describe(int argc, char** argv) {
   return status;
 }
 
-// Seed 000's GPU types ("Server automatically detects A100, H100, H200"), else "other".
+// The V2 contract's GPU types ("Server automatically detects A100, H100, H200"), else "other".
 std::string gpu_type_of(const std::string& device_name) {
   for (const char* type : {"H200", "H100", "A100"})
     if (device_name.find(type) != std::string::npos)
@@ -167,8 +167,8 @@ public:
     // This process opens its device too, but only for a set whose runners did (a CUDA kernel
     // type): a CPU set's worker that touched the driver held up every CUDA job's cuInit and took
     // seconds to exit (the soak's CPU jobs: 15 s each on the H100).
-    if (const auto* opens = first.if_contains("opens_device"); opens && opens->is_bool() &&
-                                                                 opens->as_bool())
+    if (const auto* opens = first.if_contains("opens_device");
+        opens && opens->is_bool() && opens->as_bool())
       opener_.start();
 #endif
     if (const auto* done = first.if_contains("prewarmed"); done != nullptr && done->is_array())

@@ -1,5 +1,5 @@
 // The Python kernel types on a real GPU: torch on the core's CUDA stream, Triton kernels from the
-// IOContract, seed 000's Triton and multi-kernel examples, KernelBench-style Model against a
+// IOContract, the V2 contract's Triton and multi-kernel examples, KernelBench-style Model against a
 // Triton ModelNew, and cross-type comparisons through the core's validation and profiling.
 // Skipped, with the reason, when no CUDA device is usable; the Triton tests also when Triton
 // is not importable by the interpreter keval embeds.
@@ -41,7 +41,7 @@ protected:
 
 constexpr int64_t kN = 1 << 20;
 
-// Seed 000's Triton source: two kernels, BLOCK_SIZE a constexpr meta parameter.
+// The V2 contract's Triton source: two kernels, BLOCK_SIZE a constexpr meta parameter.
 const char* kTritonSource = R"(import torch
 import triton
 import triton.language as tl
@@ -270,7 +270,7 @@ TEST_F(TritonGpu, PythonExceptionInATritonLauncherHasItsTraceback) {
   EXPECT_TRUE(contains(error, ", line 26, in forward")) << error;
 }
 
-// ---- multi_kernel: seed 000's examples
+// ---- multi_kernel: the V2 contract's examples
 // ------------------------------------------------------------
 
 const char* kMultiIO = R"({"args": [
@@ -329,7 +329,7 @@ TEST_F(TritonGpu, SeedMultiKernelExampleWithCuPyMatchesTorch) {
   static const std::string cupy = python_problem("cupy");
   if (!cupy.empty())
     GTEST_SKIP() << "cupy not importable: " << cupy;
-  // Seed 000's second example; inputs are uniform so that sqrt sees no negative values.
+  // The V2 contract's second example; inputs are uniform so that sqrt sees no negative values.
   const char* source = R"(import torch
 import triton
 import triton.language as tl

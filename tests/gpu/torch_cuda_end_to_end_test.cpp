@@ -189,7 +189,7 @@ TEST_F(TorchCudaGpu, KernelBenchElementwiseAddBuildsThenHitsTheCache) {
   EXPECT_EQ(cache_state(warm), "hit");
 }
 
-// Seed 000's TORCH_CUDA example, verbatim. It launches the kernel from cpp_sources (the seed
+// The V2 contract's TORCH_CUDA example, verbatim. It launches the kernel from cpp_sources (the seed
 // server rewrote such launches; keval compiles such cpp_sources with nvcc after cuda_sources),
 // binds a 'forward' that is never defined and calls it with one argument.
 std::string seed_example() {

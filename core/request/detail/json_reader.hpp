@@ -60,8 +60,8 @@ int64_t read_non_negative_int(const json::value& value, const std::string& path)
 double read_finite_number(const json::value& value, const std::string& path);
 double read_non_negative_number(const json::value& value, const std::string& path);
 
-// One JSON object read field by field. Fields never asked for are unknown: seed 000's pydantic
-// models ignored them, so they are warnings ("path: unknown field, ignored"), not errors.
+// One JSON object read field by field. Fields never asked for are unknown: the V2 contract's
+// pydantic models ignored them, so they are warnings ("path: unknown field, ignored"), not errors.
 class ObjectReader {
 public:
   // Throws RequestError when `value` is not an object.

@@ -29,7 +29,7 @@ LaunchDim parse_dim_array(const json::array& extents, const std::string& path,
   return dim;
 }
 
-// {"x": 8, "y": 2}: seed 000's LaunchDim; missing components are 1.
+// {"x": 8, "y": 2}: the V2 contract's LaunchDim; missing components are 1.
 LaunchDim parse_dim_object(const json::value& value, const std::string& path,
                            const ParseContext& ctx) {
   ObjectReader reader(value, path, ctx);

@@ -269,7 +269,8 @@ DeviceSession::DeviceSession(int ordinal) : ordinal_(ordinal) {
     cuda::check(d.cuMemHostAlloc(&words, 2 * sizeof(uint32_t), CU_MEMHOSTALLOC_DEVICEMAP),
                 "cuMemHostAlloc");
     hold_words_ = static_cast<volatile uint32_t*>(words);
-    hold_words_[0] = hold_words_[1] = 0;
+    hold_words_[0] = 0;
+    hold_words_[1] = 0;
     cuda::check(d.cuMemHostGetDevicePointer(&hold_words_device_, words, 0),
                 "cuMemHostGetDevicePointer");
   } catch (...) {

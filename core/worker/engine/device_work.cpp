@@ -247,7 +247,7 @@ void DeviceWorkInventory::add(const SampleActivity& sample) {
     std::pair<std::string, std::string> key{w.kind, w.name};
     if (!entries_.count(key) && entries_.size() >= kMaxWorkEntries - 1)
       key.second = kOther;
-    auto [it, inserted] = entries_.try_emplace(key, SampleActivity::Work{key.first, key.second});
+    auto [it, inserted] = entries_.try_emplace(key, SampleActivity::Work{key.first, key.second, 0, 0, {}, 0});
     merge_work(it->second, w);
   }
 }

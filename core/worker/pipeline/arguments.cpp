@@ -19,7 +19,7 @@ std::unique_ptr<Tensor> materialise(Engine& engine, const request::ArgSpec& arg,
     engine.upload(*tensor, spec.data->bytes);
     return tensor;
   }
-  // Seed 000 generates unspecified inputs with randn.
+  // The V2 contract generates unspecified inputs with randn.
   const request::TensorInit init = spec.init.value_or(request::TensorInit{});
   const std::string stream = init.seed ? "seed:" + std::to_string(*init.seed) : "arg:" + arg.name;
   engine.fill(*tensor, init, tensor::input_seed(job_seed, stream, trial));

@@ -1080,7 +1080,7 @@ private:
     try {
       current = std::make_unique<InputSet>(make_inputs(kWarmupTrials));
       for (auto& side : sides_) {
-        Timed t{side.get(), bind_remote(*side, *current), "", {}, Noise{}, 0, false};
+        Timed t{side.get(), bind_remote(*side, *current), "", {}, Noise{}, 0, false, "", {}, {}, 0, 0};
         prepare_timer(t, true);
         timed.push_back(std::move(t));
       }

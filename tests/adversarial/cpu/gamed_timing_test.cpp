@@ -205,18 +205,20 @@ TEST_F(GamedTiming, EachSideIsTracedOrSaysWhyNot) {
     for (const char* side : {"ref", "custom"}) {
       const auto& work = profiling.at("device_work").at(side).as_object();
       EXPECT_EQ(work.at("traced").as_bool(), on_gpu && trace) << shown(work);
-      if (!on_gpu)
+      if (!on_gpu) {
         EXPECT_NE(text(work.at("reason")).find("no CUDA device"), std::string::npos) << shown(work);
-      else if (!trace)
+      } else if (!trace) {
         EXPECT_NE(text(work.at("reason")).find("device_trace: false"), std::string::npos)
             << shown(work);
-      else
+      } else {
         EXPECT_GT(work.at("kernel_time").at("median").to_number<double>(), 0.0) << shown(work);
+      }
     }
     const auto& sampling = profiling.at("sampling").as_object();
     EXPECT_EQ(sampling.contains("throttled_samples"), on_gpu) << shown(sampling);
-    if (!on_gpu)
+    if (!on_gpu) {
       EXPECT_NE(text(sampling.at("sm_clock")).find("no CUDA device"), std::string::npos);
+    }
     EXPECT_TRUE(flags_of(run.body).empty()) << json::serialize(flags_of(run.body));
   }
 }

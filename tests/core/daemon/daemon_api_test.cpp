@@ -1,5 +1,5 @@
 // The HTTP API as its clients meet it: curl over the Unix socket, a C++ client with keep-alive,
-// seed 000's request and response shapes, and the status code of every kind of answer.
+// the V2 contract's request and response shapes, and the status code of every kind of answer.
 #include "daemon_harness.hpp"
 
 #include <algorithm>
@@ -139,7 +139,7 @@ TEST_F(DaemonApi, EvaluateSynchronouslyAndAsynchronouslyOnOneKeptAliveConnection
   expect_seed_response_shape(view.at("result").as_object());
   EXPECT_EQ(view.at("device").at("gpu_type"), "cpu");
 
-  // Seed 000's clients poll /job/{id}.
+  // The V2 contract's clients poll /job/{id}.
   const auto seed_path = c.get("/job/my-job-1");
   EXPECT_EQ(seed_path.status, 200u);
   EXPECT_EQ(seed_path.json_body().at("status"), "completed");

@@ -122,7 +122,9 @@ TEST(DaemonLifecycle, SigtermLetsRunningJobsFinishWithinTheGracePeriodThenCancel
   const std::string ending = async_job(dirs.socket(), hang("hang_in_launch", 3.0));
   const std::string endless = async_job(dirs.socket(), hang());
   ASSERT_TRUE(wait_status(dirs.socket(), ending, "validating"));
-  ASSERT_TRUE(wait_status(dirs.socket(), endless, "validating"));
+  ASSERT_TRUE(wait_status(dirs.socket(), endless, "validating"))
+      << json::serialize(HttpClient(dirs.socket()).get("/jobs/" + endless).json_body()) << "\n"
+      << daemon.log();
 
   daemon.signal(SIGTERM);
   // It stops accepting at once...
@@ -148,7 +150,9 @@ TEST(DaemonLifecycle, ASecondSignalCancelsRunningJobsAtOnce) {
   DaemonProcess daemon(dirs.state(), dirs.socket(), {"--shutdown-grace", "3600"});
   ASSERT_TRUE(daemon.wait_ready()) << daemon.log();
   const std::string endless = async_job(dirs.socket(), hang());
-  ASSERT_TRUE(wait_status(dirs.socket(), endless, "validating"));
+  ASSERT_TRUE(wait_status(dirs.socket(), endless, "validating"))
+      << json::serialize(HttpClient(dirs.socket()).get("/jobs/" + endless).json_body()) << "\n"
+      << daemon.log();
   daemon.signal(SIGINT);
   ASSERT_TRUE(eventually([&] {
     return daemon.log().find("running jobs have 3600 s to finish") != std::string::npos;

@@ -1,4 +1,4 @@
-// One malformed field at a time: each case edits the seed-000 Triton request at one JSON
+// One malformed field at a time: each case edits the V2-contract Triton request at one JSON
 // pointer and expects the exact path and the key part of the message.
 #include "core/request/request_test_util.hpp"
 

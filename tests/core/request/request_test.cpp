@@ -1,4 +1,4 @@
-// Whole requests: seed-000 examples parse unchanged, top-level settings, compare mode, JSON text
+// Whole requests: V2-contract examples parse unchanged, top-level settings, compare mode, JSON text
 // errors and the size limits.
 #include "core/request/request_test_util.hpp"
 
@@ -11,7 +11,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-// ---- seed-000 requests, verbatim ----
+// ---- V2-contract requests, verbatim ----
 
 TEST(SeedRequest, TritonExampleParsesEveryField) {
   EvalRequest request = parse_request(triton_request(), Mode::evaluate);
@@ -57,7 +57,7 @@ TEST(SeedRequest, TritonExampleParsesEveryField) {
 }
 
 TEST(SeedRequest, MultiKernelExampleParsesUnchanged) {
-  // The "Request Format" of seed 000's MULTI_KERNEL section, character for character.
+  // The "Request Format" of the V2 contract's MULTI_KERNEL section, character for character.
   constexpr std::string_view kText = R"({
   "kernel": {
     "source_code": "...",
@@ -134,7 +134,7 @@ TEST(SeedRequest, PydanticDictWithNullsParsesWithoutWarnings) {
 }
 
 TEST(SeedRequest, CompareExampleParsesBothKernels) {
-  // seed 000's POST /compare example, with the optional io left out.
+  // the V2 contract's POST /compare example, with the optional io left out.
   constexpr std::string_view kText = R"({
   "ref_kernel": {
     "source_code": "...",

@@ -1,4 +1,4 @@
-// Shared helpers of the request tests: a seed-000 Triton request to mutate, JSON-pointer edits,
+// Shared helpers of the request tests: a V2-contract Triton request to mutate, JSON-pointer edits,
 // error capture, and base64 / zlib encoders for TensorData payloads.
 #pragma once
 
@@ -23,7 +23,7 @@ namespace keval::request::test {
 namespace json = boost::json;
 using Mode = EvalRequest::Mode;
 
-// The IOContract example of seed 000's TRITON section, as the Python client sends it.
+// The IOContract example of the V2 contract's TRITON section, as the Python client sends it.
 // args: [0] x (input tensor, randn), [1] y (output tensor), [2] n_elements (int),
 // [3] BLOCK_SIZE (meta int).
 inline json::value triton_request() {

@@ -1,5 +1,5 @@
 // kernel_type "multi_kernel" on the CPU: the entry point, its arguments in contract order, its
-// returned tensors compared, and seed 000's error messages.
+// returned tensors compared, and the V2 contract's error messages.
 #include "python_test_support.hpp"
 
 #include "request/parse.hpp"
@@ -20,7 +20,7 @@ def preprocess(x, y):
     return x + y
 
 def run(x, y, scale):
-    """Entry point: two stages, as seed 000's example (without the GPU kernels)."""
+    """Entry point: two stages, as the V2 contract's example (without the GPU kernels)."""
     out = preprocess(x, y)
     return out * scale
 )";

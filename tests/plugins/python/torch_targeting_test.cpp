@@ -1,11 +1,11 @@
-// kernel_type "torch" on the CPU (what CI and a laptop get): every targeting rule of seed 000
-// and its error messages, with tracebacks that point at the submitted source's lines.
+// kernel_type "torch" on the CPU (what CI and a laptop get): every targeting rule of the V2
+// contract and its error messages, with tracebacks that point at the submitted source's lines.
 #include "python_test_support.hpp"
 
 namespace keval::test::python {
 namespace {
 
-// Several targets in one source (seed 000's "Multiple Kernels in Single Source").
+// Several targets in one source (the V2 contract's "Multiple Kernels in Single Source").
 const char* kTargets = R"(import torch
 import torch.nn as nn
 

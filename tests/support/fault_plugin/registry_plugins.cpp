@@ -79,7 +79,8 @@ extern "C" KEVAL_PLUGIN_EXPORT const keval_plugin_api* keval_plugin_entry_v1(voi
                                     &bind,
                                     nullptr,
                                     &launch,
-                                    &destroy};
+                                    &destroy,
+                                    nullptr};
   return &api;
 #endif
 }

@@ -56,7 +56,7 @@ void check_grid(const Dim3& grid) {
 }
 
 ArgKind parse_kind(const json::value* type, const std::string& path) {
-  // ArgSpec.type defaults to nothing in seed 000; the host requires it, so should we.
+  // ArgSpec.type defaults to nothing in the V2 contract; the host requires it, so should we.
   if (type == nullptr || !type->is_string())
     invalid(path + ".type must be one of tensor, int, float, bool, str");
   const json::string& t = type->get_string();

@@ -1,5 +1,5 @@
 """kernel_type "multi_kernel": a Python script mixing Triton, CUDA (CuPy) and PyTorch, run through
-one entry-point function (seed 000). ``metadata.entry_point`` names it; it is called with the
+one entry-point function (the V2 contract). ``metadata.entry_point`` names it; it is called with the
 IOContract's inputs in contract order and returns the output tensor(s) that are compared and
 timed."""
 import inspect

@@ -181,7 +181,7 @@ class Extension:
             # KEVAL_TORCH_EXTENSION_NAME is defined on the command line (the unique module name).
             bindings = f"\n\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}}}\n"
         if cuda_sources and any("<<<" in source for source in cpp_sources):
-            # Seed 000's TORCH_CUDA form launches the kernel from cpp_sources, which no host
+            # The V2 contract's TORCH_CUDA form launches the kernel from cpp_sources, which no host
             # compiler accepts (its server rewrote the launch). Here the wrapper is compiled by
             # nvcc in one unit after cuda_sources, bindings last, so such requests still build.
             unit = (CUDA_PRELUDE + "\n".join(cuda_sources) + "\n" + "\n".join(cpp_sources) +

@@ -1,4 +1,4 @@
-"""kernel_type "torch": PyTorch source, a function or a class method as the target (seed 000).
+"""kernel_type "torch": PyTorch source, a function or a class method as the target (the V2 contract).
 
 Targeting (metadata):
   - ``function_name``: a module-level function; it wins when class_name is given too;

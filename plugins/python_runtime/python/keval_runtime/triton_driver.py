@@ -1,4 +1,4 @@
-"""kernel_type "triton": one @triton.jit kernel launched with the IOContract (seed 000).
+"""kernel_type "triton": one @triton.jit kernel launched with the IOContract (the V2 contract).
 
   - the IOContract is required; its non-meta arguments are passed positionally in contract
     order (tensors as torch tensors over the core's memory, output tensors included: the kernel
