@@ -93,6 +93,16 @@ std::string_view python_def_name(std::string_view text, size_t from) {
 
 } // namespace
 
+bool contains_identifier(std::string_view text, std::string_view identifier) {
+  if (identifier.empty())
+    return false;
+  for (size_t at = text.find(identifier); at != std::string_view::npos;
+       at = text.find(identifier, at + 1))
+    if (word_at(text, at, identifier))
+      return true;
+  return false;
+}
+
 std::vector<std::string> defined_kernel_names(std::string_view source) {
   const std::string_view text = source.substr(0, kMaxScannedBytes);
   std::vector<std::string> names;

@@ -17,4 +17,8 @@ inline constexpr size_t kMaxKernelNames = 256;
 // Never throws on any input; linear in the size of the source (at most kMaxScannedBytes of it).
 std::vector<std::string> defined_kernel_names(std::string_view source);
 
+// Whether `identifier` (not empty) occurs in `text` as a whole identifier: "add_kernel" in
+// "void add_kernel<float>(float const*, int)", but not "add" or "kernel".
+bool contains_identifier(std::string_view text, std::string_view identifier);
+
 } // namespace keval::checks

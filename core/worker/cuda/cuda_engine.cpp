@@ -360,7 +360,7 @@ public:
     detail::ActivityTrace* trace = detail::ActivityTrace::if_started();
     if (trace == nullptr)
       return;
-    session_.check_execution(api().cuCtxSynchronize(session_.context()));
+    session_.synchronize_context();
     try {
       trace->take();
     } catch (const TraceLost&) {
@@ -383,7 +383,10 @@ public:
   std::unique_ptr<Timer> make_timer(std::function<void()> launch, bool capture,
                                     bool trace) override {
     session_.throw_if_faulted();
-    return detail::make_cuda_timer(session_, std::move(launch), capture, trace);
+    auto timer = detail::make_cuda_timer(session_, std::move(launch), capture, trace);
+    // What ran before its first sample (correctness runs, the capture) belongs to no sample.
+    forget_traced_work();
+    return timer;
   }
 
 private:

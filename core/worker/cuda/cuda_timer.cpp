@@ -58,11 +58,6 @@ public:
     }
     if (capture_it)
       capture();
-    // What ran before the first sample (correctness runs, the capture) belongs to no sample.
-    if (trace_ != nullptr) {
-      synchronize_context();
-      trace_->take();
-    }
   }
   CudaTimer(const CudaTimer&) = delete;
   CudaTimer& operator=(const CudaTimer&) = delete;
@@ -114,18 +109,13 @@ public:
   SampleActivity sample_activity() override {
     if (trace_ == nullptr)
       return Timer::sample_activity();
-    // Every stream of the context, not just keval's: work the kernel left running on one of its
-    // own must have ended before the trace can show it.
-    synchronize_context();
+    // Work the kernel left running on a stream of its own must have ended before the trace can
+    // show it.
+    session_.synchronize_context();
     return summarize_sample(trace_->take(), kSampleStartKernel, kSampleStopKernel);
   }
 
 private:
-  // Waits for every stream of the session's context, not only keval's.
-  void synchronize_context() {
-    session_.check_execution(api().cuCtxSynchronize(session_.context()));
-  }
-
   // Leaves graph_ null (events) unless every step succeeds.
   void capture() {
     session_.throw_if_faulted();

@@ -472,15 +472,11 @@ extern "C" __global__ void keval_sample_start(SampleStartParams p) {
   const auto* release = reinterpret_cast<const volatile uint32_t*>(p.release);
   uint64_t start_ns = 0, now_ns = 0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start_ns));
-  uint32_t outcome = 1;
   while (*release != p.token) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now_ns));
-    if (now_ns - start_ns >= p.timeout_ns) {
-      outcome = 2;
-      break;
-    }
+    if (now_ns - start_ns >= p.timeout_ns)
+      return;
   }
-  *reinterpret_cast<volatile uint32_t*>(p.outcome) = outcome;
 }
 
 extern "C" __global__ void keval_sample_stop(SampleStopParams) {}

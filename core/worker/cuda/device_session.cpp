@@ -266,12 +266,11 @@ DeviceSession::DeviceSession(int ordinal) : ordinal_(ordinal) {
     flag_ = DeviceMemory(sizeof(uint32_t));
     probe_ = DeviceMemory(2 * sizeof(uint64_t));
     void* words = nullptr;
-    cuda::check(d.cuMemHostAlloc(&words, 2 * sizeof(uint32_t), CU_MEMHOSTALLOC_DEVICEMAP),
+    cuda::check(d.cuMemHostAlloc(&words, sizeof(uint32_t), CU_MEMHOSTALLOC_DEVICEMAP),
                 "cuMemHostAlloc");
-    hold_words_ = static_cast<volatile uint32_t*>(words);
-    hold_words_[0] = 0;
-    hold_words_[1] = 0;
-    cuda::check(d.cuMemHostGetDevicePointer(&hold_words_device_, words, 0),
+    hold_release_ = static_cast<volatile uint32_t*>(words);
+    *hold_release_ = 0;
+    cuda::check(d.cuMemHostGetDevicePointer(&hold_release_device_, words, 0),
                 "cuMemHostGetDevicePointer");
   } catch (...) {
     release(); // the destructor does not run for a constructor that throws
@@ -288,8 +287,8 @@ void DeviceSession::release() noexcept {
   // Buffers first, while the context is still retained; errors are ignored throughout (a lost
   // context reports them, and there is nothing left to do about it).
   probe_ = DeviceMemory();
-  if (hold_words_ != nullptr)
-    d.cuMemFreeHost(const_cast<uint32_t*>(std::exchange(hold_words_, nullptr)));
+  if (hold_release_ != nullptr)
+    d.cuMemFreeHost(const_cast<uint32_t*>(std::exchange(hold_release_, nullptr)));
   flag_ = DeviceMemory();
   windows_ = DeviceMemory();
   compare_totals_ = DeviceMemory();
@@ -350,9 +349,7 @@ void DeviceSession::flush_l2() {
 void DeviceSession::hold_sample_start() {
   // Bounded, so that nothing the driver or a tracer might wait for while enqueueing can hang the
   // stream: 20 ms is thousands of times what enqueueing a replay takes.
-  hold_words_[1] = 0;
-  SampleStartParams params{hold_words_device_, hold_words_device_ + sizeof(uint32_t), 20'000'000,
-                           ++hold_token_};
+  SampleStartParams params{hold_release_device_, 20'000'000, ++hold_token_};
   void* arguments[] = {&params};
   check(api().cuLaunchKernel(functions_[static_cast<int>(Kernel::sample_start)], 1, 1, 1, 1, 1, 1,
                              0, stream_, arguments, nullptr),
@@ -361,7 +358,7 @@ void DeviceSession::hold_sample_start() {
 
 void DeviceSession::release_sample_start() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  hold_words_[0] = hold_token_;
+  *hold_release_ = hold_token_;
 }
 
 void DeviceSession::mark_sample_stop() {
@@ -384,6 +381,10 @@ double DeviceSession::sm_clock_mhz() {
   copy_to_host(reading, probe_.address(), sizeof reading);
   return reading[1] == 0 ? 0.0
                          : static_cast<double>(reading[0]) * 1e3 / static_cast<double>(reading[1]);
+}
+
+void DeviceSession::synchronize_context() {
+  check_execution(api().cuCtxSynchronize(context_));
 }
 
 void DeviceSession::copy_to_host(void* host, CUdeviceptr device, size_t bytes) {

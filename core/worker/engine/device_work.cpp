@@ -1,7 +1,8 @@
 #include "worker/engine/device_work.hpp"
 
+#include "checks/kernel_names.hpp"
+
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <set>
 
@@ -247,30 +248,18 @@ void DeviceWorkInventory::add(const SampleActivity& sample) {
     std::pair<std::string, std::string> key{w.kind, w.name};
     if (!entries_.count(key) && entries_.size() >= kMaxWorkEntries - 1)
       key.second = kOther;
-    auto [it, inserted] = entries_.try_emplace(key, SampleActivity::Work{key.first, key.second, 0, 0, {}, 0});
+    auto [it, inserted] =
+        entries_.try_emplace(key, SampleActivity::Work{key.first, key.second, 0, 0, {}, 0});
     merge_work(it->second, w);
   }
 }
 
 bool DeviceWorkInventory::has_kernel_named(const std::vector<std::string>& identifiers) const {
-  const auto is_identifier_char = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
-  };
-  for (const auto& [key, w] : entries_) {
-    if (w.kind != "kernel")
-      continue;
-    for (const auto& id : identifiers) {
-      if (id.empty())
-        continue;
-      for (size_t at = w.name.find(id); at != std::string::npos; at = w.name.find(id, at + 1)) {
-        const bool starts = at == 0 || !is_identifier_char(w.name[at - 1]);
-        const size_t after = at + id.size();
-        const bool ends = after == w.name.size() || !is_identifier_char(w.name[after]);
-        if (starts && ends)
+  for (const auto& [key, w] : entries_)
+    if (w.kind == "kernel")
+      for (const auto& id : identifiers)
+        if (checks::contains_identifier(w.name, id))
           return true;
-      }
-    }
-  }
   return false;
 }
 

@@ -1040,15 +1040,15 @@ private:
   struct Timed {
     Side* side = nullptr;
     RemoteBinding binding;
-    std::string method;
-    std::vector<double> samples;
-    Noise noise; // of `samples`
+    std::string method{};
+    std::vector<double> samples{};
+    Noise noise{}; // of `samples`
     int64_t warmup = 0;
     bool matched_other_side = false; // timed without capture because the other side could not be
     // The device trace of its samples (worker/engine/device_work.hpp), or why there is none.
-    std::string untraced;
-    std::vector<double> kernel_samples; // each sample's busy time on the device
-    DeviceWorkInventory work;
+    std::string untraced{};
+    std::vector<double> kernel_samples{}; // each sample's busy time on the device
+    DeviceWorkInventory work{};
     int64_t samples_with_outside_work = 0;
     double outside_ms = 0;
   };
@@ -1080,7 +1080,7 @@ private:
     try {
       current = std::make_unique<InputSet>(make_inputs(kWarmupTrials));
       for (auto& side : sides_) {
-        Timed t{side.get(), bind_remote(*side, *current), "", {}, Noise{}, 0, false, "", {}, {}, 0, 0};
+        Timed t{.side = side.get(), .binding = bind_remote(*side, *current)};
         prepare_timer(t, true);
         timed.push_back(std::move(t));
       }

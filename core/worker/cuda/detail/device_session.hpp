@@ -98,7 +98,6 @@ public:
   // Makes the context current on the calling thread (a session opened on another thread).
   void make_current() const;
   CUstream stream() const { return stream_; }
-  CUcontext context() const { return context_; }
 
   // Throws KernelFault when an earlier call hit an error that leaves the context unusable
   // (CUDA_ERROR_ILLEGAL_ADDRESS and its kind): every later call would fail the same way.
@@ -118,6 +117,10 @@ public:
     void* arguments[] = {&params};
     launch_raw(kernel, work_items, arguments);
   }
+
+  // Waits for every stream of the context, not only keval's (work a kernel left on its own);
+  // errors as check_execution.
+  void synchronize_context();
 
   // Stream-ordered copies that return once the bytes have arrived.
   void copy_to_host(void* host, CUdeviceptr device, size_t bytes);
@@ -162,9 +165,9 @@ private:
   DeviceMemory windows_;
   DeviceMemory flag_;
   DeviceMemory probe_; // keval_clock_probe's {cycles, nanoseconds}
-  // Host-mapped words for keval_sample_start: [0] the release token, [1] its outcome.
-  volatile uint32_t* hold_words_ = nullptr;
-  CUdeviceptr hold_words_device_ = 0;
+  // keval_sample_start's release word, host-mapped.
+  volatile uint32_t* hold_release_ = nullptr;
+  CUdeviceptr hold_release_device_ = 0;
   uint32_t hold_token_ = 0;
 };
 

@@ -103,13 +103,11 @@ struct L2FlushParams {
 
 // keval_sample_start: one thread, enqueued right before a sample's start event, that holds the
 // stream until the host writes `token` to the host-mapped word at `release` (or `timeout_ns` of
-// the global timer pass), then writes 1 (released) or 2 (timed out) to `outcome`. The host
-// releases it once everything the sample replays is enqueued, so no host-side cost of enqueueing
-// it (the driver's, a tracer's) lands between the events; its end marks the start of the sample
-// in the device trace.
+// the global timer pass). The host releases it once everything the sample replays is enqueued, so
+// no host-side cost of enqueueing it (the driver's, a tracer's) lands between the events; its end
+// marks the start of the sample in the device trace.
 struct SampleStartParams {
   uint64_t release; // const volatile uint32_t*, host-mapped
-  uint64_t outcome; // uint32_t*, host-mapped
   uint64_t timeout_ns;
   uint32_t token;
 };
