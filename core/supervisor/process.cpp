@@ -1,6 +1,7 @@
 #include "supervisor/process.hpp"
 
 #include "supervisor/detail/child_setup.hpp"
+#include "supervisor/detail/exec_launcher.hpp"
 #include "supervisor/owned_children.hpp"
 
 #include <array>
@@ -64,8 +65,9 @@ CommandResult run_command(const std::filesystem::path& exe, const std::vector<st
   asio::readable_pipe out_pipe(ctx), err_pipe(ctx);
   // ChildSetup registers the child as the host's own (OwnedChildren) and closes every other
   // descriptor in it.
-  bp::process proc(ctx, exe, args, bp::process_stdio{nullptr, out_pipe, err_pipe},
-                   detail::ChildSetup{});
+  bp::process proc =
+      detail::ExecLauncher{}(ctx.get_executor(), exe, args,
+                             bp::process_stdio{nullptr, out_pipe, err_pipe}, detail::ChildSetup{});
   const int pid = proc.id();
 
   CommandResult result;

@@ -4,6 +4,7 @@
 #include "protocol/frame.hpp"
 #include "protocol/job_contract.hpp"
 #include "supervisor/detail/child_setup.hpp"
+#include "supervisor/detail/exec_launcher.hpp"
 #include "supervisor/detail/spawned_worker.hpp"
 #include "supervisor/sandbox_setup.hpp"
 
@@ -51,9 +52,9 @@ std::unique_ptr<SpawnedWorker> spawn_worker(asio::strand<asio::any_io_executor> 
     args.emplace_back("--prewarm");
     args.push_back(plugin.string());
   }
-  worker->process.emplace(worker->strand, worker_exe, args,
-                          bp::process_stdio{nullptr, worker->out, worker->err},
-                          ChildSetup{child_end.native_handle(), 3});
+  worker->process.emplace(ExecLauncher{}(worker->strand, worker_exe, args,
+                                         bp::process_stdio{nullptr, worker->out, worker->err},
+                                         ChildSetup{child_end.native_handle(), 3}));
   // child_end closes here: only the worker holds it now, so its exit means EOF for us.
   return worker;
 }

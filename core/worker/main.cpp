@@ -66,6 +66,7 @@ int describe(int argc, char** argv) {
   return status;
 }
 
+#ifdef KEVAL_HAVE_CUDA
 // The V2 contract's GPU types ("Server automatically detects A100, H100, H200"), else "other".
 std::string gpu_type_of(const std::string& device_name) {
   for (const char* type : {"H200", "H100", "A100"})
@@ -73,6 +74,7 @@ std::string gpu_type_of(const std::string& device_name) {
       return type;
   return "other";
 }
+#endif
 
 // The CUDA devices this process can see (CUDA_VISIBLE_DEVICES applies: the driver honours it, and
 // the indices are the ordinals a job's grant names): {"devices": [{index, name, gpu_type, arch,

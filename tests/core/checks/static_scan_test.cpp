@@ -6,7 +6,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -853,25 +852,20 @@ TEST(StaticScanRobustness, DeeplyNestedInput) {
   EXPECT_FINDING(scan_source(defs, "torch"), "multiprocessing", 302);
 }
 
-TEST(StaticScanRobustness, FourMegabytesIsFast) {
+// Four mebibytes (about 10^5 lines) are scanned whole. No wall-clock limit here (timings belong in
+// bench/): a scan quadratic in lines would take hours on this input, far past CTest's timeout.
+TEST(StaticScanRobustness, FourMegabytesAreScannedWhole) {
   std::string big;
   while (big.size() < (4u << 20))
     big += kHonestElementwiseAdd;
-  auto start = std::chrono::steady_clock::now();
-  const auto honest = scan_source(big, "torch_cuda");
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_NO_FINDINGS(honest);
-  EXPECT_LT(seconds, 10.0) << "linear time expected (sanitizer builds are slower)";
+  EXPECT_NO_FINDINGS(scan_source(big, "torch_cuda"));
 
   std::string hostile = "import os\n";
   while (hostile.size() < (4u << 20))
     hostile += "os.fork()\n";
   const size_t lines = std::count(hostile.begin(), hostile.end(), '\n');
   size_t omitted = 0;
-  start = std::chrono::steady_clock::now();
   const auto findings = scan_source(hostile, "torch", &omitted);
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
   ASSERT_EQ(findings.size(), kMaxStaticFindings);
   EXPECT_EQ(findings.size() + omitted, lines - 1); // every line but the import
   EXPECT_EQ(findings.front().line, 2);

@@ -110,9 +110,11 @@ TEST_F(DaemonApi, HealthStatsPluginsAndMetricsAnswerCurl) {
   // Every sample line is `name{labels} value` or `name value` (Prometheus text format 0.0.4).
   const std::regex sample(R"(^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? [-+0-9.eE]+$)");
   std::istringstream lines(metrics);
-  for (std::string line; std::getline(lines, line);)
-    if (!line.empty() && line[0] != '#')
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] != '#') {
       EXPECT_TRUE(std::regex_match(line, sample)) << line;
+    }
+  }
 }
 
 TEST_F(DaemonApi, EvaluateSynchronouslyAndAsynchronouslyOnOneKeptAliveConnection) {

@@ -235,6 +235,11 @@ public:
     ss << in.rdbuf();
     return ss.str();
   }
+  // The last `bytes` of the log: for failures after many jobs, where the whole log is long.
+  std::string log_tail(size_t bytes = 16 * 1024) const {
+    const std::string whole = log();
+    return whole.size() <= bytes ? whole : "[...]" + whole.substr(whole.size() - bytes);
+  }
 
   // True once /health answers; false when the daemon exited or did not answer in time.
   bool wait_ready(std::chrono::milliseconds limit = 120s) {

@@ -114,7 +114,7 @@ TEST(DaemonLoad, MemoryAndDescriptorsStayFlatOver500Jobs) {
   };
   // Jobs 0-3 (one of each kind) first: the daemon learns their prewarm set and keeps workers
   // prestarted for it from then on; those are part of its idle state, not growth.
-  ASSERT_EQ(run_jobs(clients, 0, 4), "");
+  ASSERT_EQ(run_jobs(clients, 0, 4), "") << daemon.log_tail();
   // Their descriptors close just after the answers: wait (bounded) until the count holds still.
   size_t idle_fds = usage_of(pid).open_fds, unchanged_reads = 0;
   eventually(
@@ -126,10 +126,10 @@ TEST(DaemonLoad, MemoryAndDescriptorsStayFlatOver500Jobs) {
       },
       10s);
 
-  ASSERT_EQ(run_jobs(clients, 4, 100), "");
+  ASSERT_EQ(run_jobs(clients, 4, 100), "") << daemon.log_tail();
   const size_t fds_at_100 = settled_fds(idle_fds);
   const size_t rss_at_100 = usage_of(pid).rss_kib;
-  ASSERT_EQ(run_jobs(clients, 100, 500), "");
+  ASSERT_EQ(run_jobs(clients, 100, 500), "") << daemon.log_tail();
   const size_t fds_at_500 = settled_fds(fds_at_100);
   const size_t rss_at_500 = usage_of(pid).rss_kib;
 

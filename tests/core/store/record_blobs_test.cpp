@@ -8,7 +8,6 @@
 #include <fstream>
 #include <iostream>
 #include <random>
-#include <sstream>
 #include <string>
 
 #include <boost/json/parse.hpp>
@@ -23,13 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 namespace json = boost::json;
 using test::TempDir;
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;

@@ -137,7 +137,9 @@ TEST(FaultInjection, HangAfterCompileTimesOutQuicklyKeepingCompileResult) {
   const auto r = run_request(fault_evaluate(meta("hang_after_compile"), 2), false);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, 4.0);
+  // Bounded by the request's 2 s, not the default job timeout of minutes; the slack is for a loaded
+  // sanitizer run, where spawning and reaping alone can take seconds.
+  EXPECT_LT(seconds, 30.0);
   EXPECT_EQ(r.verdict, Verdict::infrastructure);
   EXPECT_EQ(str(r.body.at("status")), "failed");
   EXPECT_TRUE(compiled(r)) << "the compile phase must survive the timeout";

@@ -2,6 +2,7 @@
 // exec or not (sockets, connections, other workers' channels), is closed in the child before
 // exec, and a failed exec is still reported.
 #include "supervisor/detail/child_setup.hpp"
+#include "supervisor/detail/exec_launcher.hpp"
 #include "supervisor/owned_children.hpp"
 #include "supervisor/process.hpp"
 
@@ -104,8 +105,10 @@ TEST(FdHygiene, WorkerGetsItsChannelAndNothingElse) {
 
   asio::io_context ctx;
   asio::readable_pipe out(ctx);
-  bp::process proc(ctx, "/bin/sh", {"-c", "readlink /proc/self/fd/3; ls /proc/self/fd"},
-                   bp::process_stdio{nullptr, out, nullptr}, detail::ChildSetup{child_end, 3});
+  bp::process proc = detail::ExecLauncher{}(
+      ctx.get_executor(), "/bin/sh",
+      std::vector<std::string>{"-c", "readlink /proc/self/fd/3; ls /proc/self/fd"},
+      bp::process_stdio{nullptr, out, nullptr}, detail::ChildSetup{child_end, 3});
   // ChildSetup also registered it as the host's own, so reap_orphans leaves it alone.
   EXPECT_TRUE(OwnedChildren::contains(proc.id()));
   std::string text;
@@ -128,6 +131,43 @@ TEST(FdHygiene, FailedExecIsStillReported) {
   // /dev/null exists, so only the exec itself fails (EACCES).
   EXPECT_THROW(run_command("/dev/null", {}, 10s), std::runtime_error);
   EXPECT_THROW(run_command("/nonexistent/keval-no-such-program", {}, 10s), std::runtime_error);
+}
+
+// An io_context service standing for the locks and allocations of an io_context's fork
+// notification: in a child it exits at once with 42 (as a child deadlocked on a lock another
+// thread held at fork time would never exec), and in the parent it counts the notifications.
+class ForkWatch : public asio::execution_context::service {
+public:
+  using key_type = ForkWatch;
+  static inline asio::execution_context::id id;
+  explicit ForkWatch(asio::execution_context& context) : service(context) {}
+  void notify_fork(asio::execution_context::fork_event event) override {
+    if (event == asio::execution_context::fork_child)
+      ::_exit(42);
+    ++parent_notifications;
+  }
+  int parent_notifications = 0;
+
+private:
+  void shutdown() override {}
+};
+
+TEST(FdHygiene, TheChildExecsWithoutTouchingTheParentsIoContext) {
+  // Boost's default launcher notifies the io_context in the child (copying its services into a
+  // vector under a mutex); a daemon thread holding that allocator lock or mutex at fork time left
+  // the child hung before exec. The launcher keval uses does not notify.
+  asio::io_context ctx;
+  auto& watch = asio::use_service<ForkWatch>(ctx);
+  asio::readable_pipe out(ctx);
+  bp::process proc = detail::ExecLauncher{}(
+      ctx.get_executor(), "/bin/sh", std::vector<std::string>{"-c", "echo ran"},
+      bp::process_stdio{nullptr, out, nullptr}, detail::ChildSetup{});
+  std::string text;
+  boost::system::error_code ec;
+  asio::read(out, asio::dynamic_buffer(text), ec);
+  EXPECT_EQ(proc.wait(), 0) << "the child ran the io_context's fork notification";
+  EXPECT_EQ(text, "ran\n");
+  EXPECT_EQ(watch.parent_notifications, 0);
 }
 
 // Runs close_descriptors_except in a forked child (as between fork and exec) and returns the
