@@ -21,11 +21,6 @@ constexpr size_t kExcerptBytes = 160;
 constexpr size_t kExcerptLead = 40;
 constexpr std::string_view kCut = "...";
 
-bool is_python_type(std::string_view kernel_type) {
-  return kernel_type == "torch" || kernel_type == "torch_cuda" || kernel_type == "triton" ||
-         kernel_type == "multi_kernel";
-}
-
 bool is_blank(unsigned char c) {
   return c <= ' ' || c == 0x7f;
 }
@@ -139,15 +134,15 @@ std::vector<StaticFinding> finish(std::string_view source, const Findings& findi
 
 } // namespace
 
-std::vector<StaticFinding> scan_source(std::string_view source, std::string_view kernel_type,
+std::vector<StaticFinding> scan_source(std::string_view source, SourceLanguage language,
                                        size_t* omitted) {
   if (omitted != nullptr)
     *omitted = 0;
   try {
     const std::string_view scanned = source.substr(0, std::min(source.size(), kMaxScannedBytes));
     Findings findings;
-    const bool python = is_python_type(kernel_type) ||
-                        (kernel_type != "cuda" && detail::looks_like_python(scanned));
+    const bool python = language == SourceLanguage::python ||
+                        (language == SourceLanguage::unknown && detail::looks_like_python(scanned));
     if (python) {
       std::string cxx_text;
       detail::scan_python(scanned, findings, cxx_text);

@@ -31,14 +31,16 @@ inline constexpr size_t kMaxStaticFindings = 50;
 // Bytes scanned at most; a longer source gets a "truncated" finding (requests allow 4 MiB).
 inline constexpr size_t kMaxScannedBytes = 16u << 20;
 
-// Scans a candidate's source for patterns that game timing or checks. kernel_type is one of
-// "torch", "torch_cuda", "triton", "multi_kernel", "cuda" or another (unknown types: Python
-// patterns if the source looks like Python, else C++/CUDA patterns). Python sources are scanned
+// What a source is written in, as its plugin's manifest says: KEVAL_CAP_NEEDS_PYTHON means Python
+// (sdk/include/keval/plugin.h). `unknown` guesses from the text (Python when it looks like it).
+enum class SourceLanguage { python, cxx, unknown };
+
+// Scans a candidate's source for patterns that game timing or checks. Python sources are scanned
 // as code with comments and string contents left out, and the strings that look like C++
 // (load_inline sources) are scanned as C++. Findings come in source order, one per pattern and
 // line; at most kMaxStaticFindings of them (the rest counted in *omitted when not null). Linear
 // in the size of the source; never throws on any input (binary, huge, NUL).
-std::vector<StaticFinding> scan_source(std::string_view source, std::string_view kernel_type,
+std::vector<StaticFinding> scan_source(std::string_view source, SourceLanguage language,
                                        size_t* omitted = nullptr);
 
 } // namespace keval::checks

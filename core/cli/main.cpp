@@ -3,12 +3,14 @@
 //   keval evaluate REQUEST.json|-    evaluate one kernel (the V2 contract's POST /evaluate body)
 //   keval compare REQUEST.json|-     reference vs custom (the V2 contract's POST /compare body)
 //   keval plugins [--json]           list kernel-type plugins and why any could not load
+//   keval conformance PLUGIN.so      check a plugin against the SDK (cli/conformance.hpp)
 //   keval serve [options]            the daemon: the V2 contract's HTTP API on a Unix socket
 //   keval version
 //
 // The result JSON goes to stdout; logs and progress go to stderr.
 // Exit codes: 0 evaluated and correct, 1 the kernel failed (compile, correctness, crash),
 // 2 bad request or usage, 3 infrastructure failure (timeout, worker failure, no device).
+#include "cli/conformance.hpp"
 #include "common/log.hpp"
 #include "common/plugin_abi.hpp"
 #include "common/version.hpp"
@@ -47,6 +49,10 @@ commands:
   evaluate REQUEST.json|-   evaluate one kernel (body of the V2 contract's POST /evaluate)
   compare REQUEST.json|-    compare a custom kernel with a reference (POST /compare)
   plugins [--json]          list kernel-type plugins, their capabilities and load errors
+  conformance PLUGIN.so [--request REQUEST.json] [--json]
+                            check a plugin against the SDK: its table and manifest, versioning,
+                            compile errors reported as such, structs of a newer host, and the
+                            sample request compiled, launched and correct (sdk/README.md)
   serve                     run the daemon: the V2 contract's HTTP/JSON API (POST /evaluate, /compare,
                             GET /jobs/ID, /health, /stats, /metrics, ...) on a Unix socket
   version                   print the version
@@ -267,6 +273,7 @@ int main(int argc, char** argv) {
   std::optional<fs::path> state_dir;
   keval::daemon::ServeOptions serve_options;
   bool keep_record = false, as_json = false;
+  std::optional<fs::path> conformance_request;
   std::vector<std::string> positional;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -374,6 +381,8 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--keep-record")
       keep_record = true;
+    else if (a == "--request")
+      conformance_request = value("--request");
     else if (a == "--json")
       as_json = true;
     else if (a == "-h" || a == "--help") {
@@ -399,6 +408,9 @@ int main(int argc, char** argv) {
     }
     if (command == "plugins" && positional.size() == 1)
       return cmd_plugins(as_json);
+    if (command == "conformance" && positional.size() == 2)
+      return keval::cli::run_conformance(
+          {positional[1], conformance_request, as_json, self_dir() / "keval", worker_exe()});
     if ((command == "evaluate" || command == "compare") && positional.size() == 2)
       return cmd_run(command == "compare" ? keval::request::EvalRequest::Mode::compare
                                           : keval::request::EvalRequest::Mode::evaluate,

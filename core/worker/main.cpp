@@ -17,6 +17,7 @@
 #include "protocol/blocking_channel.hpp"
 #include "protocol/job_contract.hpp"
 #include "protocol/sandbox_policy.hpp"
+#include "worker/conformance/abi_checks.hpp"
 #include "worker/isolation/isolation.hpp"
 #include "worker/pipeline/pipeline.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
@@ -36,6 +37,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -271,6 +273,13 @@ int main(int argc, char** argv) {
     return list_devices();
   if (argc == 3 && std::strcmp(argv[1], "--sandbox-probe") == 0)
     return sandbox_probe(argv[2]);
+  // `--conformance PLUGIN.so --cuda-arch N [--request FILE]`: keval conformance's checks of the
+  // plugin's table.
+  if ((argc == 5 || (argc == 7 && std::strcmp(argv[5], "--request") == 0)) &&
+      std::strcmp(argv[1], "--conformance") == 0 && std::strcmp(argv[3], "--cuda-arch") == 0)
+    return keval::worker::conformance::run_abi_checks(
+        argv[2], argc == 7 ? std::optional<std::filesystem::path>(argv[6]) : std::nullopt,
+        std::atoi(argv[4]));
   // `--runner --channel-fd FD [--sandbox POLICY] [--prewarm PLUGIN]...`: one side's user code,
   // for a trusted worker.
   const bool runner = argc >= 2 && std::strcmp(argv[1], "--runner") == 0;
@@ -304,8 +313,9 @@ int main(int argc, char** argv) {
       stderr,
       "keval-worker %s: runs one keval job; started by keval, not by hand.\n"
       "usage: keval-worker --protocol-fd FD [--sandbox POLICY] [--prewarm PLUGIN.so]... | "
-      "--describe PLUGIN.so... | --devices | --sandbox-probe POLICY | --runner --channel-fd FD "
-      "[--sandbox POLICY] [--prewarm PLUGIN.so]...\n",
+      "--describe PLUGIN.so... | --devices | --sandbox-probe POLICY | --conformance PLUGIN.so "
+      "--cuda-arch N [--request FILE] | --runner --channel-fd FD [--sandbox POLICY] [--prewarm "
+      "PLUGIN.so]...\n",
       keval::kVersion);
   return 2;
 }

@@ -9,7 +9,7 @@ constexpr keval::python_runtime::KernelTypeSpec kMultiKernel{
     "IOContract's inputs, its returned tensors compared",
     KEVAL_CAP_REQUIRES_IO_CONTRACT | KEVAL_CAP_RETURNS_OUTPUTS | KEVAL_CAP_DEVICE_CUDA |
         KEVAL_CAP_DEVICE_CPU | KEVAL_CAP_NEEDS_PYTHON,
-    "keval_runtime.multi_kernel_driver"};
+    "keval_multi_kernel"};
 
 } // namespace
 

@@ -9,7 +9,7 @@ constexpr keval::python_runtime::KernelTypeSpec kTorch{
     "CUDA or the CPU",
     KEVAL_CAP_DEFAULT_INPUTS | KEVAL_CAP_RETURNS_OUTPUTS | KEVAL_CAP_DEVICE_CUDA |
         KEVAL_CAP_DEVICE_CPU | KEVAL_CAP_NEEDS_PYTHON,
-    "keval_runtime.torch_driver"};
+    "keval_torch"};
 
 } // namespace
 

@@ -9,7 +9,7 @@ constexpr keval::python_runtime::KernelTypeSpec kTorchCuda{
     "built by keval for the granted GPU and cached by content",
     KEVAL_CAP_DEFAULT_INPUTS | KEVAL_CAP_RETURNS_OUTPUTS | KEVAL_CAP_DEVICE_CUDA |
         KEVAL_CAP_NEEDS_PYTHON,
-    "keval_runtime.torch_cuda_driver"};
+    "keval_torch_cuda"};
 
 } // namespace
 

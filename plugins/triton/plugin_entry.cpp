@@ -8,7 +8,7 @@ constexpr keval::python_runtime::KernelTypeSpec kTriton{
     "Triton: one @triton.jit kernel, compiled for the target GPU before the grant and launched "
     "with the IOContract's grid, num_warps and num_stages",
     KEVAL_CAP_REQUIRES_IO_CONTRACT | KEVAL_CAP_DEVICE_CUDA | KEVAL_CAP_NEEDS_PYTHON,
-    "keval_runtime.triton_driver"};
+    "keval_triton"};
 
 } // namespace
 

@@ -344,6 +344,9 @@ private:
   Side& custom() {
     return *sides_.back();
   }
+  const Side& custom() const {
+    return *sides_.back();
+  }
 
   // --sandbox strict: a runner that lacks a layer runs nothing. Not the kernel's fault: the job
   // fails as keval's (the machine cannot give what was asked for).
@@ -690,8 +693,11 @@ private:
   // static_scan.hpp): one "static" flag listing them, or none. Source only: nothing runs.
   json::array static_flags() const {
     size_t omitted = 0;
-    const auto findings =
-        checks::scan_source(custom_code().source_code, custom_code().kernel_type, &omitted);
+    // The language is the plugin's word (its manifest, read before user code ran), not a list of
+    // type names: a third party's Python type is scanned as Python too.
+    const auto language = custom().has(KEVAL_CAP_NEEDS_PYTHON) ? checks::SourceLanguage::python
+                                                               : checks::SourceLanguage::cxx;
+    const auto findings = checks::scan_source(custom_code().source_code, language, &omitted);
     json::array out;
     if (findings.empty())
       return out;

@@ -15,17 +15,31 @@ namespace runtime = keval::python_runtime::detail;
 
 extern "C" {
 
-keval_error* keval_python_compile(const char* driver_module, const keval_compile_args* args,
-                                  keval_compile_result* result) {
+namespace {
+
+// The driver's package, imported with its directory on sys.path (after keval's own modules, so
+// that no driver can stand in for keval_runtime). GIL held.
+py::object import_driver(const keval_python_driver* driver) {
+  if (driver == nullptr || driver->struct_size < sizeof(keval_python_driver) ||
+      driver->module == nullptr || driver->module[0] == '\0')
+    throw Error(KEVAL_ERROR_INTERNAL, "the plugin names no Python driver");
+  if (driver->directory != nullptr)
+    runtime::add_driver_directory(driver->directory);
+  return py::module_::import(driver->module);
+}
+
+} // namespace
+
+keval_error* keval_python_compile(const keval_python_driver* driver_location,
+                                  const keval_compile_args* args, keval_compile_result* result) {
   return sdk_detail::guarded(KEVAL_ERROR_INTERNAL, [&] {
-    if (driver_module == nullptr || args == nullptr || result == nullptr ||
-        args->source_code == nullptr)
+    if (args == nullptr || result == nullptr || args->source_code == nullptr)
       throw Error(KEVAL_ERROR_INTERNAL, "compile called with null arguments");
     runtime::ensure_interpreter();
     runtime::Gil gil;
     auto box = std::make_unique<sdk_detail::KernelBox>();
     try {
-      py::object driver = py::module_::import(driver_module);
+      py::object driver = import_driver(driver_location);
       py::object io = args->io_contract_json != nullptr
                           ? py::object(py::str(args->io_contract_json))
                           : py::object(py::none());
@@ -44,14 +58,12 @@ keval_error* keval_python_compile(const char* driver_module, const keval_compile
   });
 }
 
-keval_error* keval_python_prewarm(const char* driver_module) {
+keval_error* keval_python_prewarm(const keval_python_driver* driver_location) {
   return sdk_detail::guarded(KEVAL_ERROR_INTERNAL, [&] {
-    if (driver_module == nullptr)
-      throw Error(KEVAL_ERROR_INTERNAL, "prewarm called without a driver module");
     runtime::ensure_interpreter();
     runtime::Gil gil;
     try {
-      py::object driver = py::module_::import(driver_module);
+      py::object driver = import_driver(driver_location);
       if (py::hasattr(driver, "prewarm"))
         driver.attr("prewarm")();
     } catch (py::error_already_set& e) {

@@ -14,6 +14,10 @@
 namespace keval::checks {
 namespace {
 
+constexpr SourceLanguage kPython = SourceLanguage::python; // torch, torch_cuda, triton, ...
+constexpr SourceLanguage kCxx = SourceLanguage::cxx;       // cuda
+constexpr SourceLanguage kUnknown = SourceLanguage::unknown;
+
 std::string describe(const std::vector<StaticFinding>& findings) {
   std::ostringstream out;
   for (const StaticFinding& f : findings)
@@ -257,30 +261,30 @@ extern "C" __global__ void vector_add(const float4* __restrict__ x, const float4
 )CU";
 
 TEST(StaticScanHonest, ElementwiseAddLoadInline) {
-  EXPECT_NO_FINDINGS(scan_source(kHonestElementwiseAdd, "torch_cuda"));
+  EXPECT_NO_FINDINGS(scan_source(kHonestElementwiseAdd, kPython));
 }
 
 TEST(StaticScanHonest, TiledMatmulLoadInline) {
-  EXPECT_NO_FINDINGS(scan_source(kHonestTiledMatmul, "torch_cuda"));
+  EXPECT_NO_FINDINGS(scan_source(kHonestTiledMatmul, kPython));
 }
 
 TEST(StaticScanHonest, TritonModelNew) {
-  EXPECT_NO_FINDINGS(scan_source(kHonestTriton, "triton"));
+  EXPECT_NO_FINDINGS(scan_source(kHonestTriton, kPython));
 }
 
 TEST(StaticScanHonest, TorchModelNew) {
-  EXPECT_NO_FINDINGS(scan_source(kHonestTorch, "torch"));
-  EXPECT_NO_FINDINGS(scan_source(kHonestTorch, "multi_kernel"));
+  EXPECT_NO_FINDINGS(scan_source(kHonestTorch, kPython));
+  EXPECT_NO_FINDINGS(scan_source(kHonestTorch, kPython));
 }
 
 TEST(StaticScanHonest, RawCudaFloat4) {
-  EXPECT_NO_FINDINGS(scan_source(kHonestCudaFloat4, "cuda"));
+  EXPECT_NO_FINDINGS(scan_source(kHonestCudaFloat4, kCxx));
 }
 
 TEST(StaticScanHonest, UnknownTypesPickTheirLanguage) {
-  EXPECT_NO_FINDINGS(scan_source(kHonestElementwiseAdd, "some_future_type"));
-  EXPECT_NO_FINDINGS(scan_source(kHonestCudaFloat4, "some_future_type"));
-  EXPECT_NO_FINDINGS(scan_source(kHonestTriton, ""));
+  EXPECT_NO_FINDINGS(scan_source(kHonestElementwiseAdd, kUnknown));
+  EXPECT_NO_FINDINGS(scan_source(kHonestCudaFloat4, kUnknown));
+  EXPECT_NO_FINDINGS(scan_source(kHonestTriton, kUnknown));
 }
 
 TEST(StaticScanHonest, CommentsAndStringsAreNotCode) {
@@ -307,7 +311,7 @@ class ModelNew(torch.nn.Module):
     def forward(self, x):
         return x * 2  # not self.cache = x
 )PY";
-  EXPECT_NO_FINDINGS(scan_source(source, "torch"));
+  EXPECT_NO_FINDINGS(scan_source(source, kPython));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -330,7 +334,7 @@ print(f"{setattr(torch.cuda, 'synchronize', None)}")
 torch.cuda.Event = object
 getattr(torch, "cuda").synchronize = None
 )PY";
-  const auto findings = scan_source(source, "torch");
+  const auto findings = scan_source(source, kPython);
   for (int line : {6, 7, 8, 9, 10, 12, 13, 14, 15})
     EXPECT_FINDING(findings, "timing_patch", line);
 }
@@ -353,7 +357,7 @@ extern "C" cudaError_t CUDARTAPI cudaLaunchKernel(const void* f, dim3 g, dim3 b,
 
 __attribute__((constructor)) static void install() { setenv("LD_PRELOAD", "/tmp/x.so", 1); }
 )CU";
-  const auto findings = scan_source(source, "cuda");
+  const auto findings = scan_source(source, kCxx);
   EXPECT_FINDING(findings, "interposition", 1);
   EXPECT_FINDING(findings, "timing_patch", 4);
   EXPECT_FINDING(findings, "interposition", 9);
@@ -384,7 +388,7 @@ class ModelNew(torch.nn.Module):
         threading.Thread(target=lambda: None).start()
         return x
 )PY";
-  const auto findings = scan_source(source, "torch_cuda");
+  const auto findings = scan_source(source, kPython);
   for (int line : {1, 2, 7, 9, 11, 19})
     EXPECT_FINDING(findings, "thread", line);
 }
@@ -399,7 +403,7 @@ subprocess.Popen(["sleep", "60"])
 mp.Process(target=print).start()
 os.execv("/bin/true", ["true"])
 )PY";
-  const auto py = scan_source(python, "torch");
+  const auto py = scan_source(python, kPython);
   for (int line : {2, 3, 5, 6, 7, 8})
     EXPECT_FINDING(py, "multiprocessing", line);
 
@@ -411,7 +415,7 @@ void helper() {
   std::system("true");
 }
 )CU";
-  const auto cu = scan_source(cuda, "cuda");
+  const auto cu = scan_source(cuda, kCxx);
   for (int line : {4, 5, 6})
     EXPECT_FINDING(cu, "multiprocessing", line);
 }
@@ -431,7 +435,7 @@ class ModelNew(torch.nn.Module):
         torch.cuda.current_stream().wait_stream(side)
         return y
 )PY";
-  const auto py = scan_source(python, "torch");
+  const auto py = scan_source(python, kPython);
   for (int line : {6, 7, 9})
     EXPECT_FINDING(py, "stream", line);
 
@@ -443,7 +447,7 @@ void launch(float* out) {
   auto pool = c10::cuda::getStreamFromPool();
 }
 )CU";
-  const auto cu = scan_source(cuda, "cuda");
+  const auto cu = scan_source(cuda, kCxx);
   EXPECT_FINDING(cu, "stream", 4);
   EXPECT_FINDING(cu, "stream", 6);
 }
@@ -455,7 +459,7 @@ with torch.cuda.graph(g):
     pass
 g.replay()
 )PY";
-  const auto findings = scan_source(source, "torch");
+  const auto findings = scan_source(source, kPython);
   for (int line : {2, 3, 5})
     EXPECT_FINDING(findings, "cuda_graph", line);
 }
@@ -490,7 +494,7 @@ class ModelNew(torch.nn.Module):
         except KeyError:
             return key
 )PY";
-  const auto findings = scan_source(source, "torch");
+  const auto findings = scan_source(source, kPython);
   EXPECT_FINDING(findings, "torch_fallback", 10);
   EXPECT_FINDING(findings, "torch_fallback", 16);
   EXPECT_FALSE(has(findings, "torch_fallback", 17)) << "one finding per except block";
@@ -508,7 +512,7 @@ torch::Tensor run(torch::Tensor a, torch::Tensor b) {
 }
 """
 )PY";
-  EXPECT_FINDING(scan_source(cxx, "torch_cuda"), "torch_fallback", 7);
+  EXPECT_FINDING(scan_source(cxx, kPython), "torch_fallback", 7);
 }
 
 TEST(StaticScanPatterns, LazyTensorSubclasses) {
@@ -535,7 +539,7 @@ class ModelNew(torch.nn.Module):
     def forward(self, x):
         return Deferred(lambda: x + 1)
 )PY";
-  const auto findings = scan_source(source, "torch");
+  const auto findings = scan_source(source, kPython);
   for (int line : {5, 8, 11, 22})
     EXPECT_FINDING(findings, "tensor_subclass", line);
 }
@@ -572,7 +576,7 @@ ref = Model()
 __builtins__["len"] = lambda x: 0
 raise SystemExit(0)
 )PY";
-  const auto findings = scan_source(source, "torch");
+  const auto findings = scan_source(source, kPython);
   expect_well_formed(findings);
   EXPECT_FINDING(findings, "reference_call", 11);
   EXPECT_FINDING(findings, "descriptor_write", 13);
@@ -609,7 +613,7 @@ void forge() {
   _exit(0);
 }
 )CU";
-  const auto findings = scan_source(source, "cuda");
+  const auto findings = scan_source(source, kCxx);
   EXPECT_FINDING(findings, "process_control", 1);
   EXPECT_FINDING(findings, "raw_memory", 2);
   EXPECT_FINDING(findings, "descriptor_write", 5);
@@ -648,7 +652,7 @@ class ModelNew(torch.nn.Module):
         self._seen[x.shape] = x
         return self.last_output
 )PY";
-  const auto findings = scan_source(source, "torch");
+  const auto findings = scan_source(source, kPython);
   for (int line : {4, 5, 8, 14, 18, 21, 22, 23})
     EXPECT_FINDING(findings, "output_cache", line);
 
@@ -661,7 +665,7 @@ torch::Tensor run(torch::Tensor x) {
   return x;
 }
 )CU";
-  const auto cu = scan_source(cuda, "cuda");
+  const auto cu = scan_source(cuda, kCxx);
   EXPECT_FINDING(cu, "output_cache", 1);
   EXPECT_FALSE(has(cu, "output_cache", 2)) << describe(cu);
   EXPECT_FALSE(has(cu, "output_cache", 3)) << describe(cu);
@@ -688,7 +692,7 @@ torch.backends.cuda.matmul.allow_tf32 = True
 torch.set_float32_matmul_precision("medium")
 ｔｏｒｃｈ.relu = None
 )PY";
-  const auto findings = scan_source(source, "torch");
+  const auto findings = scan_source(source, kPython);
   EXPECT_FINDING(findings, "finalizer", 1);
   EXPECT_FINDING(findings, "finalizer", 6);
   EXPECT_FINDING(findings, "finalizer", 13);
@@ -709,7 +713,7 @@ w(1, b"x")
 sys_mod._getframe(0)
 thr.Thread(target=print)
 )PY";
-  const auto findings = scan_source(source, "torch");
+  const auto findings = scan_source(source, kPython);
   EXPECT_FINDING(findings, "descriptor_write", 3);
   EXPECT_FINDING(findings, "dynamic_code", 4);
   EXPECT_FINDING(findings, "multiprocessing", 7);
@@ -724,16 +728,16 @@ TEST(StaticScanPatterns, CppHiddenBehindAnEscapedNewline) {
   const std::string_view source =
       "import torch\n"
       "src = \"#include <torch/extension.h>\\n// harmless\\nvoid f() { std::thread t(g); }\"\n";
-  EXPECT_FINDING(scan_source(source, "torch_cuda"), "thread", 2);
+  EXPECT_FINDING(scan_source(source, kPython), "thread", 2);
 }
 
 TEST(StaticScanPatterns, KernelTypeSelectsTheLanguage) {
   // The same words mean different things: a cuda source is not read as Python.
   const std::string_view cuda = "// import threading\n__global__ void k() { fork(); }\n";
-  const auto cu = scan_source(cuda, "cuda");
+  const auto cu = scan_source(cuda, kCxx);
   EXPECT_FINDING(cu, "multiprocessing", 2);
   EXPECT_FALSE(has_pattern(cu, "thread")) << describe(cu);
-  const auto unknown = scan_source("import threading\n", "a_new_type");
+  const auto unknown = scan_source("import threading\n", kUnknown);
   EXPECT_FINDING(unknown, "thread", 1);
 }
 
@@ -771,9 +775,7 @@ TEST(StaticScanPatterns, AdversarialCandidates) {
       continue; // the suite there may rename its cases; the patterns are tested above too
     std::ifstream in(path, std::ios::binary);
     const std::string source((std::istreambuf_iterator<char>(in)), {});
-    const std::string type = path.extension() == ".cu"                  ? "cuda"
-                             : name.find("triton") != std::string::npos ? "triton"
-                                                                        : "torch";
+    const SourceLanguage type = path.extension() == ".cu" ? kCxx : kPython;
     const auto findings = scan_source(source, type);
     expect_well_formed(findings);
     if (patterns.empty()) {
@@ -790,7 +792,7 @@ TEST(StaticScanPatterns, AdversarialCandidates) {
 // Robustness
 
 TEST(StaticScanRobustness, EmptySources) {
-  for (const char* type : {"torch", "torch_cuda", "triton", "multi_kernel", "cuda", "other", ""}) {
+  for (const SourceLanguage type : {kPython, kCxx, kUnknown}) {
     size_t omitted = 7;
     EXPECT_TRUE(scan_source("", type, &omitted).empty());
     EXPECT_EQ(omitted, 0u);
@@ -810,7 +812,7 @@ TEST(StaticScanRobustness, BinaryGarbageWithNulBytes) {
     const std::string_view specials = "\"'#\\\n{}()[]:=.R/*\x01\x02";
     for (size_t i = 0; i < garbage.size(); i += 13)
       garbage[i] = specials[rng() % specials.size()];
-    for (const char* type : {"torch", "torch_cuda", "cuda", "unknown"}) {
+    for (const SourceLanguage type : {kPython, kCxx, kUnknown}) {
       size_t omitted = 0;
       const auto findings = scan_source(garbage, type, &omitted);
       expect_well_formed(findings);
@@ -825,12 +827,12 @@ TEST(StaticScanRobustness, UnterminatedEverything) {
         std::string_view("x = (((((("), std::string_view("\"\\"), std::string_view("#include <"),
         std::string_view("\xEF\xBB\xBF"
                          "import os\nos.fork()\n")}) {
-    for (const char* type : {"torch", "cuda"})
+    for (const SourceLanguage type : {kPython, kCxx})
       expect_well_formed(scan_source(source, type));
   }
   const auto bom = scan_source("\xEF\xBB\xBF"
                                "import os\nos.fork()\n",
-                               "torch");
+                               kPython);
   EXPECT_FINDING(bom, "multiprocessing", 2);
   EXPECT_FALSE(has_pattern(bom, "unicode_identifier")) << describe(bom);
 }
@@ -846,10 +848,10 @@ TEST(StaticScanRobustness, DeeplyNestedInput) {
   for (int i = 0; i < 300; ++i)
     defs += std::string(i, ' ') + "def f():\n";
   defs += std::string(300, ' ') + "os.fork()\n";
-  expect_well_formed(scan_source(nested, "torch"));
-  expect_well_formed(scan_source(fstrings, "torch"));
-  expect_well_formed(scan_source(braces, "cuda"));
-  EXPECT_FINDING(scan_source(defs, "torch"), "multiprocessing", 302);
+  expect_well_formed(scan_source(nested, kPython));
+  expect_well_formed(scan_source(fstrings, kPython));
+  expect_well_formed(scan_source(braces, kCxx));
+  EXPECT_FINDING(scan_source(defs, kPython), "multiprocessing", 302);
 }
 
 // Four mebibytes (about 10^5 lines) are scanned whole. No wall-clock limit here (timings belong in
@@ -858,14 +860,14 @@ TEST(StaticScanRobustness, FourMegabytesAreScannedWhole) {
   std::string big;
   while (big.size() < (4u << 20))
     big += kHonestElementwiseAdd;
-  EXPECT_NO_FINDINGS(scan_source(big, "torch_cuda"));
+  EXPECT_NO_FINDINGS(scan_source(big, kPython));
 
   std::string hostile = "import os\n";
   while (hostile.size() < (4u << 20))
     hostile += "os.fork()\n";
   const size_t lines = std::count(hostile.begin(), hostile.end(), '\n');
   size_t omitted = 0;
-  const auto findings = scan_source(hostile, "torch", &omitted);
+  const auto findings = scan_source(hostile, kPython, &omitted);
   ASSERT_EQ(findings.size(), kMaxStaticFindings);
   EXPECT_EQ(findings.size() + omitted, lines - 1); // every line but the import
   EXPECT_EQ(findings.front().line, 2);
@@ -875,7 +877,7 @@ TEST(StaticScanRobustness, FourMegabytesAreScannedWhole) {
 TEST(StaticScanRobustness, HundredKilobyteLineShowsWhatWasSeen) {
   std::string line = "x = [" + std::string(100 * 1024, '1') + "]; os.write(1, b'forged')";
   const std::string source = "import os\n" + line + "\n";
-  const auto findings = scan_source(source, "torch");
+  const auto findings = scan_source(source, kPython);
   ASSERT_TRUE(has(findings, "descriptor_write", 2)) << describe(findings);
   expect_well_formed(findings);
   EXPECT_THAT(findings.front().excerpt, ::testing::HasSubstr("os.write(1"));
@@ -884,7 +886,7 @@ TEST(StaticScanRobustness, HundredKilobyteLineShowsWhatWasSeen) {
   // A line long before what was seen starts at its beginning.
   const std::string early =
       "import os\nos.write(1, b'x'); y = [" + std::string(100000, '2') + "]\n";
-  const auto first = scan_source(early, "torch");
+  const auto first = scan_source(early, kPython);
   ASSERT_FALSE(first.empty());
   EXPECT_THAT(first.front().excerpt, ::testing::StartsWith("os.write(1"));
   EXPECT_THAT(first.front().excerpt, ::testing::EndsWith("..."));
@@ -896,18 +898,18 @@ TEST(StaticScanRobustness, ExcerptsAreValidUtf8) {
   for (size_t pad = 140; pad < 170; ++pad) {
     const std::string line = "os.fork()  # " + std::string(pad, 'a') + "\xC3\xA9\xE2\x82\xAC" +
                              "\xFF\xFE" + std::string(50, 'b');
-    const auto findings = scan_source("import os\n" + line + "\n", "torch");
+    const auto findings = scan_source("import os\n" + line + "\n", kPython);
     ASSERT_TRUE(has(findings, "multiprocessing", 2)) << describe(findings);
     expect_well_formed(findings);
   }
   // Invalid bytes in a short line are replaced, not dropped silently into the output.
-  const auto findings = scan_source("import os\nos.fork()  # \xFF\xC3\n", "torch");
+  const auto findings = scan_source("import os\nos.fork()  # \xFF\xC3\n", kPython);
   ASSERT_EQ(findings.size(), 1u);
   EXPECT_EQ(findings[0].excerpt, "os.fork()  # \xEF\xBF\xBD\xEF\xBF\xBD");
   // A NUL byte and other control bytes become spaces.
   constexpr char kWithNul[] = "import os\nos.fork()\0\x07tail\n";
   const std::string with_nul(kWithNul, sizeof(kWithNul) - 1);
-  const auto nul = scan_source(with_nul, "torch");
+  const auto nul = scan_source(with_nul, kPython);
   ASSERT_EQ(nul.size(), 1u);
   EXPECT_EQ(nul[0].excerpt, "os.fork()  tail");
 }
@@ -917,15 +919,15 @@ TEST(StaticScanRobustness, CapAndOmittedCount) {
   for (int i = 0; i < 60; ++i)
     source += "os.fork(); os.write(1, b'x')\n"; // two patterns per line
   size_t omitted = 0;
-  const auto findings = scan_source(source, "torch", &omitted);
+  const auto findings = scan_source(source, kPython, &omitted);
   ASSERT_EQ(findings.size(), kMaxStaticFindings);
   EXPECT_EQ(omitted, 120u - kMaxStaticFindings);
-  EXPECT_EQ(scan_source(source, "torch").size(), kMaxStaticFindings); // omitted may be null
+  EXPECT_EQ(scan_source(source, kPython).size(), kMaxStaticFindings); // omitted may be null
   for (size_t i = 1; i < findings.size(); ++i)
     EXPECT_LE(findings[i - 1].line, findings[i].line);
 
   size_t few = 99;
-  EXPECT_EQ(scan_source("import os\nos.fork()\n", "torch", &few).size(), 1u);
+  EXPECT_EQ(scan_source("import os\nos.fork()\n", kPython, &few).size(), 1u);
   EXPECT_EQ(few, 0u);
 }
 
@@ -934,7 +936,7 @@ TEST(StaticScanRobustness, OversizedSourceIsTruncated) {
   while (source.size() <= kMaxScannedBytes)
     source += std::string(1000, ' ') + "\n";
   source += "os.fork()\n";
-  const auto findings = scan_source(source, "torch");
+  const auto findings = scan_source(source, kPython);
   ASSERT_EQ(findings.size(), 1u) << describe(findings);
   EXPECT_EQ(findings[0].pattern, "truncated");
   expect_well_formed(findings);

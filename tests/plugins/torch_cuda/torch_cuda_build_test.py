@@ -1,8 +1,9 @@
-"""CPU-only tests of keval_runtime.torch_cuda_build and torch_cuda_shim (no torch headers, no
+"""CPU-only tests of the torch_cuda driver's builder and shim (no torch headers, no
 compiler, no GPU): load_inline's argument forms, the cache key, the cache's refusal of corrupt
 entries and its one-builder-per-key locking.
 
-usage: torch_cuda_build_test.py <keval_runtime's parent directory> [unittest options]
+usage: torch_cuda_build_test.py <keval_runtime's parent directory> <keval_torch_cuda's parent
+                               directory> [unittest options]
 """
 import fcntl
 import os
@@ -13,10 +14,10 @@ import types
 import unittest
 
 sys.path.insert(0, sys.argv.pop(1))
+sys.path.insert(1, sys.argv.pop(1))
 
-from keval_runtime import launch_streams  # noqa: E402
-from keval_runtime import torch_cuda_build as build  # noqa: E402
-from keval_runtime import torch_cuda_shim as shim  # noqa: E402
+from keval_torch_cuda import build, cache, headers, launch_streams, shim  # noqa: E402
+from keval_torch_cuda.extension import CUDA_PRELUDE, Extension  # noqa: E402
 
 TOOLCHAIN = {"torch": "2.11.0", "torch_cuda": "13.0", "arch": 90, "cxx": "g++ 13.3",
              "nvcc": "13.0", "cxx11_abi": 1}
@@ -77,7 +78,7 @@ class ShimArguments(unittest.TestCase):
         self.cpp_extension.load_inline("k", "", cuda_sources="__global__ void g(){}")
         (name, text), = self.extension().cuda_units
         self.assertEqual(name, "cuda.cu")
-        self.assertTrue(text.startswith(build.CUDA_PRELUDE))
+        self.assertTrue(text.startswith(CUDA_PRELUDE))
         self.assertTrue(self.extension().with_cuda)
 
     def test_flags_verbose_with_cuda_and_torch_only_arguments(self):
@@ -117,7 +118,7 @@ class ShimArguments(unittest.TestCase):
 
 class CacheKey(unittest.TestCase):
     def key(self, cuda="__global__ void g(){}", toolchain=TOOLCHAIN, **flags):
-        return build.cache_key(build.Extension.inline("k", "int f();", cuda, ["f"], **flags),
+        return cache.cache_key(Extension.inline("k", "int f();", cuda, ["f"], **flags),
                                toolchain)
 
     def test_stable(self):
@@ -135,14 +136,14 @@ class CacheKey(unittest.TestCase):
             self.assertNotEqual(base, self.key(toolchain={**TOOLCHAIN, part: value}), part)
 
     def test_same_name_different_kernels_are_different_modules(self):
-        one = build.Extension.inline("shared", "int f();", "__global__ void a(){}", ["f"])
-        two = build.Extension.inline("shared", "int f();", "__global__ void b(){}", ["f"])
-        name_one = build.module_name(one, build.cache_key(one, TOOLCHAIN))
-        name_two = build.module_name(two, build.cache_key(two, TOOLCHAIN))
+        one = Extension.inline("shared", "int f();", "__global__ void a(){}", ["f"])
+        two = Extension.inline("shared", "int f();", "__global__ void b(){}", ["f"])
+        name_one = cache.module_name(one, cache.cache_key(one, TOOLCHAIN))
+        name_two = cache.module_name(two, cache.cache_key(two, TOOLCHAIN))
         self.assertNotEqual(name_one, name_two)
         self.assertTrue(name_one.startswith("shared_") and name_one.isidentifier())
-        odd = build.Extension.inline("9-bad name", "", None)
-        self.assertTrue(build.module_name(odd, "ab" * 32).isidentifier())
+        odd = Extension.inline("9-bad name", "", None)
+        self.assertTrue(cache.module_name(odd, "ab" * 32).isidentifier())
 
 
 class IncludeDirectoriesInTheKey(unittest.TestCase):
@@ -167,8 +168,8 @@ class IncludeDirectoriesInTheKey(unittest.TestCase):
         return d
 
     def load_key(self, d):
-        extension = build.Extension.from_files("k", [os.path.join(d, "k.cu")])
-        return build.cache_key(extension, TOOLCHAIN), extension
+        extension = Extension.from_files("k", [os.path.join(d, "k.cu")])
+        return cache.cache_key(extension, TOOLCHAIN), extension
 
     def test_the_same_files_in_two_jobs_share_a_build(self):
         one, _ = self.load_key(self.job_dir("job1"))
@@ -194,7 +195,7 @@ class IncludeDirectoriesInTheKey(unittest.TestCase):
         header = os.path.join(shared, "h.cuh")
 
         def key():
-            return build.cache_key(build.Extension.inline(
+            return cache.cache_key(Extension.inline(
                 "k", "int f();", '#include "h.cuh"', ["f"], extra_include_paths=[shared]),
                 TOOLCHAIN)
 
@@ -207,13 +208,13 @@ class IncludeDirectoriesInTheKey(unittest.TestCase):
 
     def test_a_directory_too_large_to_fingerprint_is_never_shared(self):
         d = self.job_dir("job1")
-        limit = build.FINGERPRINT_MAX_FILES
-        build.FINGERPRINT_MAX_FILES = 1
+        limit = cache.FINGERPRINT_MAX_FILES
+        cache.FINGERPRINT_MAX_FILES = 1
         try:
             one, extension = self.load_key(d)
             two, _ = self.load_key(d)
         finally:
-            build.FINGERPRINT_MAX_FILES = limit
+            cache.FINGERPRINT_MAX_FILES = limit
         self.assertNotEqual(one, two)
         self.assertTrue(any("not reused" in note for note in extension.notes), extension.notes)
 
@@ -234,7 +235,7 @@ class LeanHeaders(unittest.TestCase):
                 os.makedirs(os.path.join(directory, os.path.dirname(relative)), exist_ok=True)
                 with open(os.path.join(directory, relative), "w") as f:
                     f.write(text)
-            lean = build.lean_headers([first, second])
+            lean = headers.lean_headers([first, second])
         self.assertEqual(lean["torch/types.h"], "#pragma once\n#include <ATen/ATen.h>\n"
                          "namespace torch { using namespace at; }\n")
         self.assertEqual(lean["ATen/ATen.h"], "#pragma once\n#include <ATen/Context.h>\n")
@@ -244,7 +245,7 @@ class LeanHeaders(unittest.TestCase):
             os.makedirs(os.path.join(tmp, "torch"))
             with open(os.path.join(tmp, "torch", "types.h"), "w") as f:
                 f.write("#pragma once\n#include <ATen/ATen.h>\n")
-            self.assertEqual(build.lean_headers([tmp]), {})
+            self.assertEqual(headers.lean_headers([tmp]), {})
 
 
 class HeaderSetOrder(unittest.TestCase):
@@ -319,7 +320,7 @@ class PrecompiledHeader(unittest.TestCase):
         self.assertEqual(builder.prepare(), "built")
         self.assertEqual(builder.prepare(), "present")
         pch = builder._pch_dir(builder._cxx_flags("trimmed"))
-        with open(os.path.join(pch, build.PCH_HEADER + ".gch")) as f:
+        with open(os.path.join(pch, headers.PCH_HEADER + ".gch")) as f:
             self.assertEqual(f.read(), "pch\n")
         self.assertEqual(sorted(n for n in os.listdir(os.path.dirname(pch))
                                 if not n.endswith(".lock")), [os.path.basename(pch)])
@@ -328,7 +329,7 @@ class PrecompiledHeader(unittest.TestCase):
         builder = self.builder('echo "no such header" >&2; exit 1\n')
         self.assertEqual(builder.prepare(), "failed")
         pch = builder._pch_dir(builder._cxx_flags("trimmed"))
-        self.assertFalse(os.path.exists(os.path.join(pch, build.PCH_HEADER + ".gch")))
+        self.assertFalse(os.path.exists(os.path.join(pch, headers.PCH_HEADER + ".gch")))
         with open(os.path.join(pch, "log")) as f:
             self.assertIn("no such header", f.read())
 
@@ -347,7 +348,7 @@ class PrecompiledHeader(unittest.TestCase):
         with open(pch + ".lock") as lock:  # released when the detached build ends
             fcntl.flock(lock, fcntl.LOCK_EX)
         self.assertEqual(builder.prepare(), "present")
-        self.assertTrue(os.path.exists(os.path.join(pch, build.PCH_HEADER + ".gch")))
+        self.assertTrue(os.path.exists(os.path.join(pch, headers.PCH_HEADER + ".gch")))
 
 
 class FakeBuilder(build.Builder):
@@ -370,8 +371,8 @@ class FakeBuilder(build.Builder):
         os.makedirs(self.work_dir, exist_ok=True)
         with open(library, "wb") as f:
             f.write(b"\x7fELF stand-in " + key.encode())
-        build._publish(library, entry, key)
-        path, why = build.verify_entry(entry, key)
+        cache.publish(library, entry, key)
+        path, why = cache.verify_entry(entry, key)
         assert path is not None, why
         return path, []
 
@@ -380,7 +381,7 @@ class Cache(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.cache = os.path.join(self.tmp.name, "cache")
-        self.extension = build.Extension.inline("k", "int f();", "__global__ void g(){}", ["f"])
+        self.extension = Extension.inline("k", "int f();", "__global__ void g(){}", ["f"])
         self.imported = build._import_extension
         build._import_extension = lambda name, library: library
 
@@ -405,18 +406,18 @@ class Cache(unittest.TestCase):
         with open(library, "r+b") as f:  # a flipped byte, as a torn or damaged write leaves
             f.write(b"X")
         entry = first.builds[0]["entry"]
-        self.assertIsNone(build.verify_entry(entry, first.builds[0]["key"])[0])
+        self.assertIsNone(cache.verify_entry(entry, first.builds[0]["key"])[0])
         second = self.builder("job2")
         second.load(self.extension)
         self.assertEqual(second.builds[0]["cache"], "rebuilt")
         self.assertEqual(second.builds[0]["refused_entry"], "library checksum mismatch")
-        self.assertIsNotNone(build.verify_entry(entry, first.builds[0]["key"])[0])
+        self.assertIsNotNone(cache.verify_entry(entry, first.builds[0]["key"])[0])
 
     def test_missing_manifest_or_half_written_entry_is_never_used(self):
         first = self.builder("job1")
         first.load(self.extension)
         entry = first.builds[0]["entry"]
-        os.remove(os.path.join(entry, build.MANIFEST))
+        os.remove(os.path.join(entry, cache.MANIFEST))
         second = self.builder("job2")
         second.load(self.extension)
         self.assertEqual(second.builds[0]["cache"], "rebuilt")
@@ -440,11 +441,11 @@ class Cache(unittest.TestCase):
         saved = {k: os.environ.pop(k, None) for k in ("KEVAL_CACHE_DIR", "XDG_CACHE_HOME")}
         try:
             os.environ["XDG_CACHE_HOME"] = "/x"
-            self.assertEqual(build.cache_root(), "/x/keval/torch_cuda")
+            self.assertEqual(cache.cache_root(), "/x/keval/torch_cuda")
             os.environ["KEVAL_CACHE_DIR"] = "/k"
-            self.assertEqual(build.cache_root(), "/k/torch_cuda")
+            self.assertEqual(cache.cache_root(), "/k/torch_cuda")
             del os.environ["KEVAL_CACHE_DIR"], os.environ["XDG_CACHE_HOME"]
-            self.assertEqual(build.cache_root(),
+            self.assertEqual(cache.cache_root(),
                              os.path.expanduser("~/.cache/keval/torch_cuda"))
         finally:
             for k, v in saved.items():
@@ -500,17 +501,17 @@ class LaunchesOnTorchsCurrentStream(unittest.TestCase):
 
     def test_an_inline_extension_gets_the_stream_header_and_a_note(self):
         cuda = "__global__ void k(float* x) {}\nvoid run(float* x) { k<<<1, 32>>>(x); }\n"
-        extension = build.Extension.inline("m", "void run(float* x);", cuda, ["run"])
+        extension = Extension.inline("m", "void run(float* x);", cuda, ["run"])
         (name, unit), = extension.cuda_units
-        self.assertTrue(unit.startswith(build.CUDA_PRELUDE + launch_streams.STREAM_PRELUDE))
+        self.assertTrue(unit.startswith(CUDA_PRELUDE + launch_streams.STREAM_PRELUDE))
         self.assertIn(f"k<<<1, 32, 0, {self.S}>>>(x);", unit)
         self.assertTrue(any("current stream" in note for note in extension.notes))
 
     def test_an_extension_without_bare_launches_is_unchanged(self):
         cuda = "__global__ void k(float* x) {}\n"
-        extension = build.Extension.inline("m", "void run(float* x);", cuda, ["run"])
+        extension = Extension.inline("m", "void run(float* x);", cuda, ["run"])
         (name, unit), = extension.cuda_units
-        self.assertEqual(unit, build.CUDA_PRELUDE + cuda)
+        self.assertEqual(unit, CUDA_PRELUDE + cuda)
         self.assertNotIn(launch_streams.STREAM_PRELUDE, unit)
         self.assertEqual(extension.notes, [])
 

@@ -9,10 +9,11 @@ namespace keval::test {
 namespace {
 
 TEST(TorchCudaWithoutGpu, BuilderAndShimUnitTests) {
-  const auto r = supervisor::run_command(
-      KEVAL_TEST_PYTHON_EXECUTABLE,
-      {KEVAL_TEST_TORCH_CUDA_UNIT_TESTS, KEVAL_TEST_RUNTIME_PYTHON_DIR, "-v"},
-      std::chrono::seconds(240));
+  const auto r =
+      supervisor::run_command(KEVAL_TEST_PYTHON_EXECUTABLE,
+                              {KEVAL_TEST_TORCH_CUDA_UNIT_TESTS, KEVAL_TEST_RUNTIME_PYTHON_DIR,
+                               KEVAL_TEST_TORCH_CUDA_DRIVER_DIR, "-v"},
+                              std::chrono::seconds(240));
   ASSERT_TRUE(r.exit_code.has_value()) << r.err;
   EXPECT_EQ(*r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.err.find("OK"), std::string::npos) << r.out << r.err;

@@ -222,4 +222,18 @@ const std::string& interpreter_executable() {
   return start_state().executable;
 }
 
+void add_driver_directory(const std::string& dir) {
+  PyObject* sys_path = PySys_GetObject("path"); // borrowed
+  PyObject* entry = PyUnicode_DecodeFSDefault(dir.c_str());
+  const int present =
+      sys_path != nullptr && entry != nullptr ? PySequence_Contains(sys_path, entry) : -1;
+  // Index 1: after keval_runtime's folder, which add_keval_modules put first.
+  const bool ok = present == 1 || (present == 0 && PyList_Insert(sys_path, 1, entry) == 0);
+  Py_XDECREF(entry);
+  if (!ok) {
+    PyErr_Clear();
+    throw Error(KEVAL_ERROR_INTERNAL, "cannot add the driver folder " + dir + " to sys.path");
+  }
+}
+
 } // namespace keval::python_runtime::detail

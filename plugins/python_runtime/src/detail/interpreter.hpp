@@ -17,6 +17,9 @@ namespace keval::python_runtime::detail {
 // The GIL is released when this returns: every entry point takes it with Gil.
 void ensure_interpreter();
 
+// Puts `dir` (a plugin's driver folder) on sys.path once, after keval's own modules. GIL held.
+void add_driver_directory(const std::string& dir);
+
 // The interpreter's executable, as chosen (for messages).
 const std::string& interpreter_executable();
 

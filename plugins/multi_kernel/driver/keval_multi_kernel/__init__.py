@@ -4,8 +4,8 @@ IOContract's inputs in contract order and returns the output tensor(s) that are 
 timed."""
 import inspect
 
-from . import bridge, common, contract, errors, invoke, launching, loader, session
-from .device import Device
+from keval_runtime import bridge, common, contract, errors, invoke, launching, loader, session
+from keval_runtime.device import Device
 
 
 def compile(source, metadata_json, io_json, work_dir, side, cuda_arch):

@@ -3,7 +3,7 @@
 The submitted source runs unchanged in the embedded interpreter; these replacements stand in for
 torch's functions for the job's lifetime (one worker process per job), so the source's own calls
 (at module level, in ``ModelNew.__init__``, through ``from ... import load_inline`` or the module
-attribute) build with torch_cuda_build instead of torch's ninja build. No source is parsed.
+attribute) build with build.py instead of torch's ninja build. No source is parsed.
 
 Accepted as torch accepts them: ``cpp_sources``/``cuda_sources`` as one string or a list,
 ``functions`` as a name, a list or a dict of name -> docstring (or None: the sources bind
@@ -15,7 +15,7 @@ accepted and recorded as ignored: keval builds in the job's directory and its ca
 """
 import functools
 
-from .torch_cuda_build import Extension
+from .build import Extension
 
 # torch's parameters that keval's build does not need; accepted so real sources run unchanged.
 IGNORED_ARGUMENTS = ("build_directory", "keep_intermediates", "with_pytorch_error_handling",

@@ -18,8 +18,8 @@ import importlib
 import os
 import time
 
-from . import bridge, common, contract, errors, launching, loader, session
-from .device import Device
+from keval_runtime import bridge, common, contract, errors, launching, loader, session
+from keval_runtime.device import Device
 
 
 def compile(source, metadata_json, io_json, work_dir, side, cuda_arch):

@@ -1,4 +1,5 @@
-"""kernel_type "torch": PyTorch source, a function or a class method as the target (the V2 contract).
+"""A torch module or function as a kernel: what the torch-based kernel types share.
+
 
 Targeting (metadata):
   - ``function_name``: a module-level function; it wins when class_name is given too;
@@ -18,10 +19,6 @@ from .device import Device
 
 # KernelBench seeds model construction with 42 (its set_seed default) on both sides.
 WEIGHT_SEED = 42
-
-
-def compile(source, metadata_json, io_json, work_dir, side, cuda_arch):
-    return TorchKernel(source, metadata_json, io_json, work_dir, side)
 
 
 class TorchKernel:
@@ -154,9 +151,3 @@ class TorchKernel:
             return bridge.export_tensors(outputs, self.device, "output")
 
         return launching.run(self.device, run_once)
-
-
-def prewarm():
-    """A worker started ahead of its job imports torch now (SDK 1.1 prewarm): about 3 s that
-    every torch job would otherwise spend before compiling."""
-    import torch  # noqa: F401

@@ -1,16 +1,19 @@
 """kernel_type "torch_cuda": KernelBench's ModelNew with C++/CUDA built by load_inline or load.
 
-The source is run as it is (torch_driver's loader and targeting: ``ModelNew`` on the custom side
-when the source defines it, else ``Model`` — seed 003's baseline, ModelNew = Model), with
-``torch.utils.cpp_extension.load_inline`` and ``load`` served by keval's builder
-(torch_cuda_shim, torch_cuda_build): built for the granted GPU's architecture only, in the job's
-directory, before the device grant when the source builds at module level (KernelBench's form),
-and cached by content. Everything after the build — weights seeded identically on both sides,
+The source is run as it is (keval_runtime.torch_module's loading and targeting: ``ModelNew`` on
+the custom side when the source defines it, else ``Model`` — seed 003's baseline, ModelNew =
+Model), with ``torch.utils.cpp_extension.load_inline`` and ``load`` served by keval's builder
+(shim.py, build.py): built for the granted GPU's architecture only, in the job's directory,
+before the device grant when the source builds at module level (KernelBench's form), and cached
+by content. Everything after the build — weights seeded identically on both sides,
 inputs from get_inputs()/get_init_inputs() created on the device, validation and timing by the
 core — is the torch type's.
 """
-from . import errors, torch_cuda_build, torch_cuda_shim, torch_driver
-from .device import DEVICE_CUDA
+from keval_runtime import common, errors
+from keval_runtime.device import DEVICE_CUDA
+from keval_runtime.torch_module import TorchKernel
+
+from . import build, shim
 
 _builder = None  # one per job (one worker process per job)
 
@@ -20,10 +23,13 @@ def compile(source, metadata_json, io_json, work_dir, side, cuda_arch):
     if not cuda_arch:
         raise errors.UnsupportedError("kernel type 'torch_cuda' needs a CUDA device: no GPU "
                                       "architecture is known to build the extension for")
-    torch_driver.common.import_torch("torch_cuda")
+    torch = common.import_torch("torch_cuda")
+    if torch.version.cuda is None:  # the machine's fault, not the source's: no CUDA headers
+        raise errors.UnsupportedError(f"kernel type 'torch_cuda' needs a PyTorch built with "
+                                      f"CUDA; this one ({torch.__version__}) is CPU-only")
     if _builder is None:
-        _builder = torch_cuda_build.Builder(work_dir, cuda_arch)
-        torch_cuda_shim.install(_builder)
+        _builder = build.Builder(work_dir, cuda_arch)
+        shim.install(_builder)
     first_build = len(_builder.builds)
     _builder.failure = None
     try:
@@ -40,7 +46,7 @@ def compile(source, metadata_json, io_json, work_dir, side, cuda_arch):
     return kernel
 
 
-class TorchCudaKernel(torch_driver.TorchKernel):
+class TorchCudaKernel(TorchKernel):
     """The torch type's kernel; only the loading differs (the shim is in place by then)."""
 
     def bind(self, device_type, device_id, stream):
@@ -56,4 +62,4 @@ def prewarm():
     import torch  # noqa: F401
     import torch.utils.cpp_extension  # noqa: F401
 
-    torch_cuda_build.Builder(work_dir=None, cuda_arch=None).prepare(wait=False)
+    build.Builder(work_dir=None, cuda_arch=None).prepare(wait=False)

@@ -1,17 +1,19 @@
 """One nvcc compile (``nvcc -c x.cu -o x.o``) with its two front ends run side by side.
 
-For a single architecture nvcc runs its stages one after another:
+For a single architecture nvcc runs its stages one after another, in three parts of about the
+same length (plugins/torch_cuda/README.md, Measured):
 
-    host preprocess -> cudafe++ (host front end)          ~1/3 of the time
-    device preprocess -> cicc (device front end) -> ptxas -> fatbinary      ~1/3
-    host compiler on cudafe++'s output                   ~1/3
+    host preprocess -> cudafe++ (host front end)
+    device preprocess -> cicc (device front end) -> ptxas -> fatbinary
+    host compiler on cudafe++'s output
 
 For a source that includes torch's headers, cudafe++ and cicc each parse all of them, and they do
 not depend on each other except through the "module id" (a name for the translation unit that
 both front ends put into internal symbols). Both compute it deterministically from the same
 source, so here each chain runs in its own thread, cicc writing its own copy of the id, and the
-host compile starts when both are done: about a third off every cold build. (It cannot start
-earlier: cudafe++'s output #includes the host stub, which cicc writes, and the fat binary.)
+host compile starts when both are done: one of the three parts comes off every cold build. (It
+cannot start earlier: cudafe++'s output #includes the host stub, which cicc writes, and the fat
+binary.)
 
 The stages are nvcc's own (``nvcc --dryrun`` prints them with the environment it sets), so flags
 and toolchain behave exactly as with nvcc. Anything that does not have the expected shape (a
