@@ -5,6 +5,8 @@
 
 #include "support/test_env.hpp"
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <filesystem>
 #include <string>
@@ -48,9 +50,13 @@ public:
     return run_tool(argv);
   }
 
-  // The example's own CTest tests (keval_sdk_add_conformance_test).
-  supervisor::CommandResult ctest() const {
-    return run_tool({KEVAL_TEST_CTEST, "--test-dir", build_.string(), "--output-on-failure"});
+  // The example's own CTest tests (keval_sdk_add_conformance_test) all ran and passed.
+  ::testing::AssertionResult ctest_passes() const {
+    const auto r =
+        run_tool({KEVAL_TEST_CTEST, "--test-dir", build_.string(), "--output-on-failure"});
+    if (r.exit_code == 0 && r.out.find("100% tests passed") != std::string::npos)
+      return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "ctest " << r.out << r.err;
   }
 
 private:
