@@ -5,6 +5,7 @@
 
 #include <keval/plugin.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -31,6 +32,12 @@ struct Check {
   std::string name, status, detail;
 };
 
+// What keval-worker --conformance found: its checks, and the capabilities the manifest declares.
+struct AbiReport {
+  std::vector<Check> checks;
+  std::vector<std::string> capabilities;
+};
+
 std::string tail(const std::string& text, size_t bytes = kShownBytes) {
   return text.size() <= bytes ? text : "..." + text.substr(text.size() - bytes);
 }
@@ -45,7 +52,7 @@ std::string how_it_ended(const supervisor::CommandResult& r) {
 
 // The table's checks, from keval-worker --conformance; a check whose line is missing is the one
 // that ended the process.
-std::vector<Check> abi_checks(const ConformanceOptions& options, int cuda_arch) {
+AbiReport abi_checks(const ConformanceOptions& options, int cuda_arch) {
   std::vector<std::string> args{"--conformance", fs::absolute(options.plugin).string(),
                                 "--cuda-arch", std::to_string(cuda_arch)};
   if (options.request) {
@@ -54,7 +61,8 @@ std::vector<Check> abi_checks(const ConformanceOptions& options, int cuda_arch) 
   }
   const auto r = supervisor::run_command(options.worker_exe, args, kAbiTimeout);
   std::vector<std::string> order;
-  std::vector<Check> checks;
+  AbiReport report;
+  std::vector<Check>& checks = report.checks;
   std::istringstream lines(r.out);
   for (std::string line; std::getline(lines, line);) {
     boost::system::error_code ec;
@@ -66,32 +74,27 @@ std::vector<Check> abi_checks(const ConformanceOptions& options, int cuda_arch) 
       for (const auto& name : names->as_array())
         order.emplace_back(name.as_string());
     } else if (o.contains("check") && o.contains("status")) {
+      if (const auto* caps = o.if_contains("capabilities"); caps && caps->is_array())
+        for (const auto& cap : caps->as_array())
+          if (cap.is_string())
+            report.capabilities.emplace_back(cap.as_string());
       checks.push_back({std::string(o.at("check").as_string()),
                         std::string(o.at("status").as_string()),
                         o.contains("detail") ? std::string(o.at("detail").as_string()) : ""});
     }
   }
-  if (order.empty())
-    return {
+  if (order.empty()) {
+    checks = {
         {"loads", "fail",
          "keval-worker --conformance " + how_it_ended(r) + " before any check: " + tail(r.err)}};
+    return report;
+  }
   for (size_t i = checks.size(); i < order.size(); ++i)
     checks.push_back({order[i], "fail",
                       i == checks.size()
                           ? "the process " + how_it_ended(r) + " during this check: " + tail(r.err)
                           : "not run: an earlier check ended the process"});
-  return checks;
-}
-
-// The plugin's capabilities, as the worker's check printed them ("kernel_type 1.0.0 [cpu,...]").
-bool runs_on_cpu(const std::vector<Check>& checks) {
-  for (const auto& c : checks)
-    if (c.name == "manifest") {
-      const auto open = c.detail.find('[');
-      return open != std::string::npos &&
-             ("," + c.detail.substr(open + 1)).find(",cpu") != std::string::npos;
-    }
-  return false;
+  return report;
 }
 
 // The sample request through keval's job path, the plugin first on the search path.
@@ -172,10 +175,13 @@ int run_conformance(const ConformanceOptions& options) {
   // device: the host passes the arch before the grant).
   const auto devices = daemon::discover_devices(options.worker_exe);
   const int cuda_arch = devices.gpus.empty() ? kDefaultArch : devices.gpus.front().arch;
-  std::vector<Check> checks = abi_checks(options, cuda_arch);
+  AbiReport abi = abi_checks(options, cuda_arch);
+  std::vector<Check>& checks = abi.checks;
   const bool loaded = !checks.empty() && checks.front().status == "pass";
+  const bool cpu =
+      std::find(abi.capabilities.begin(), abi.capabilities.end(), "cpu") != abi.capabilities.end();
   if (loaded)
-    checks.push_back(sample_job(options, runs_on_cpu(checks), devices));
+    checks.push_back(sample_job(options, cpu, devices));
   else
     checks.push_back({"end_to_end", "skip", "the plugin did not load"});
   bool failed = false;

@@ -39,6 +39,13 @@ std::vector<std::string> capability_names(uint32_t capabilities) {
   return names;
 }
 
+uint32_t known_capabilities() {
+  uint32_t bits = 0;
+  for (const auto& [bit, name] : kCapabilityNames)
+    bits |= bit;
+  return bits;
+}
+
 uint32_t capabilities_from_names(const std::vector<std::string>& names) {
   uint32_t bits = 0;
   for (const auto& name : names)

@@ -17,5 +17,7 @@ std::optional<std::string> api_version_problem(uint32_t major, uint32_t minor);
 // Capability bits <-> names ("requires_io_contract", "default_inputs", "cuda", "cpu", ...).
 std::vector<std::string> capability_names(uint32_t capabilities);
 uint32_t capabilities_from_names(const std::vector<std::string>& names);
+// Every capability bit this SDK defines (the ones with names).
+uint32_t known_capabilities();
 
 } // namespace keval

@@ -1,6 +1,7 @@
 #include "worker/conformance/abi_checks.hpp"
 
 #include "common/plugin_abi.hpp"
+#include "request/parse.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
 
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <regex>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -22,9 +24,6 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr uint32_t kKnownCapabilities = KEVAL_CAP_REQUIRES_IO_CONTRACT | KEVAL_CAP_DEFAULT_INPUTS |
-                                        KEVAL_CAP_DEVICE_CUDA | KEVAL_CAP_DEVICE_CPU |
-                                        KEVAL_CAP_RETURNS_OUTPUTS | KEVAL_CAP_NEEDS_PYTHON;
 // The 1.0 table ends at kernel_destroy; a 1.0 host reads nothing past it.
 constexpr size_t kTableSize10 = offsetof(keval_plugin_api, kernel_destroy) + sizeof(void*);
 // A source no kernel type compiles: not Python, not C++, not a name any type looks up.
@@ -36,6 +35,7 @@ constexpr unsigned char kCanary = 0xA5;
 struct Outcome {
   std::string status = "pass"; // pass, fail, skip
   std::string detail;
+  json::object facts; // typed findings a reader may act on (the manifest's capabilities)
   void fail(const std::string& why) {
     if (status != "fail")
       detail.clear();
@@ -49,9 +49,10 @@ struct Outcome {
 };
 
 void print(const char* check, const Outcome& outcome) {
-  std::cout << json::serialize(json::object{
-                   {"check", check}, {"status", outcome.status}, {"detail", outcome.detail}})
-            << std::endl; // flushed: a crash in the next check must not lose this line
+  json::object line{{"check", check}, {"status", outcome.status}, {"detail", outcome.detail}};
+  for (const auto& [key, value] : outcome.facts)
+    line[key] = value;
+  std::cout << json::serialize(line) << std::endl; // flushed: a crash next must not lose it
 }
 
 // Calls into the plugin; an exception escaping the C boundary is a failure of `outcome`.
@@ -126,12 +127,11 @@ void check_manifest(const LoadedPlugin& plugin, Outcome& outcome) {
                  " is not a lower-case identifier (a-z, 0-9, _; at most 64)");
   if (!std::regex_match(m.plugin_version, std::regex(R"(\d+\.\d+\.\d+([-+][0-9A-Za-z.+-]*)?)")))
     outcome.fail("plugin_version " + text_or_null(m.plugin_version) + " is not semver");
-  if ((m.capabilities & ~kKnownCapabilities) != 0)
-    outcome.fail("capability bits this SDK does not define: 0x" + [&] {
-      std::ostringstream hex;
-      hex << std::hex << (m.capabilities & ~kKnownCapabilities);
-      return hex.str();
-    }());
+  if (const uint32_t unknown = m.capabilities & ~known_capabilities(); unknown != 0) {
+    std::ostringstream hex;
+    hex << std::hex << unknown;
+    outcome.fail("capability bits this SDK does not define: 0x" + hex.str());
+  }
   if ((m.capabilities & (KEVAL_CAP_DEVICE_CPU | KEVAL_CAP_DEVICE_CUDA)) == 0)
     outcome.fail("declares no device (KEVAL_CAP_DEVICE_CPU or KEVAL_CAP_DEVICE_CUDA)");
   guarded(outcome, "manifest", [&] {
@@ -140,13 +140,15 @@ void check_manifest(const LoadedPlugin& plugin, Outcome& outcome) {
         again->capabilities != m.capabilities)
       outcome.fail("a second manifest() call describes another plugin");
   });
+  json::array names;
+  std::string listed;
+  for (const auto& name : capability_names(m.capabilities)) {
+    names.emplace_back(name);
+    listed += (listed.empty() ? "" : ",") + name;
+  }
+  outcome.facts["capabilities"] = std::move(names);
   if (outcome.status == "pass")
-    outcome.detail = std::string(m.kernel_type) + " " + m.plugin_version + " [" + [&] {
-      std::string caps;
-      for (const auto& name : capability_names(m.capabilities))
-        caps += (caps.empty() ? "" : ",") + name;
-      return caps;
-    }() + "]";
+    outcome.detail = std::string(m.kernel_type) + " " + m.plugin_version + " [" + listed + "]";
 }
 
 void check_versioning(const keval_plugin_api& api, Outcome& outcome) {
@@ -179,33 +181,29 @@ std::optional<Sample> sample_from_request(const std::filesystem::path& request_f
   const json::value doc = json::parse(text.str(), ec);
   if (ec || !doc.is_object())
     throw std::runtime_error(request_file.string() + " is not a JSON object");
-  const json::object& request = doc.as_object();
-  const char* sides[] = {"custom_kernel", "kernel", "ref_kernel"};
-  for (const char* name : sides) {
-    const auto* side = request.if_contains(name);
-    if (side == nullptr || !side->is_object())
-      continue;
-    const json::object& code = side->as_object();
-    const auto* type = code.if_contains("kernel_type");
-    const auto* source = code.if_contains("source_code");
-    if (type == nullptr || !type->is_string() || type->as_string() != kernel_type ||
-        source == nullptr || !source->is_string())
+  // keval's own parser: a sample is held to what a request is, and a bad one names its field.
+  const auto mode = doc.as_object().contains("ref_kernel") ? request::EvalRequest::Mode::compare
+                                                           : request::EvalRequest::Mode::evaluate;
+  request::EvalRequest parsed;
+  try {
+    parsed = request::parse_request(doc, mode);
+  } catch (const request::RequestError& e) {
+    throw std::runtime_error(request_file.string() + ": " + e.what());
+  }
+  const request::KernelCode* sides[] = {&parsed.kernel, parsed.ref ? &*parsed.ref : nullptr};
+  for (const request::KernelCode* code : sides) {
+    if (code == nullptr || code->kernel_type != kernel_type)
       continue;
     Sample sample;
-    sample.source = std::string(source->as_string());
-    sample.side = std::strcmp(name, "ref_kernel") == 0 ? "ref" : "custom";
-    if (const auto* metadata = code.if_contains("metadata"); metadata && metadata->is_object())
-      sample.metadata_json = json::serialize(*metadata);
+    sample.source = code->source_code;
+    sample.side = code == &parsed.kernel ? "custom" : "ref";
+    sample.metadata_json = json::serialize(code->metadata);
     // The side's own IOContract, else the other side's (a compare borrows it).
-    for (const char* io_side : {name, "ref_kernel", "custom_kernel", "kernel"}) {
-      const auto* holder = request.if_contains(io_side);
-      const auto* io =
-          holder && holder->is_object() ? holder->as_object().if_contains("io") : nullptr;
-      if (io != nullptr && io->is_object()) {
-        sample.io_json = json::serialize(*io);
-        break;
-      }
-    }
+    const request::KernelCode* other = code == &parsed.kernel ? sides[1] : &parsed.kernel;
+    if (!code->io_json.is_null())
+      sample.io_json = json::serialize(code->io_json);
+    else if (other != nullptr && !other->io_json.is_null())
+      sample.io_json = json::serialize(other->io_json);
     return sample;
   }
   return std::nullopt;
@@ -222,7 +220,11 @@ int run_abi_checks(const std::filesystem::path& path,
     failures += outcome.status == "fail";
     print(check, outcome);
   };
-  auto skip_rest = [&](size_t from, const std::string& why) {
+  // Skips every check from `first` on (by name: the order lives in kAbiChecks alone).
+  auto skip_rest = [&](std::string_view first, const std::string& why) {
+    size_t from = 0;
+    while (from < std::size(kAbiChecks) && kAbiChecks[from] != first)
+      ++from;
     for (size_t i = from; i < std::size(kAbiChecks); ++i) {
       Outcome skipped;
       skipped.skip(why);
@@ -241,7 +243,7 @@ int run_abi_checks(const std::filesystem::path& path,
   });
   report("loads", loads);
   if (plugin == nullptr) {
-    skip_rest(1, "the plugin did not load");
+    skip_rest("manifest", "the plugin did not load");
     return 1;
   }
   const keval_plugin_api& api = plugin->api();
@@ -334,12 +336,12 @@ int run_abi_checks(const std::filesystem::path& path,
       api.kernel_destroy(stray);
 
   if (!request_file) {
-    skip_rest(6, "no sample request (--request FILE)");
+    skip_rest("compile", "no sample request (--request FILE)");
     return failures == 0 ? 0 : 1;
   }
   if (!sample) {
     report("compile", sample_problem);
-    skip_rest(7, "no sample compiled");
+    skip_rest("kernel_destroy", "no sample compiled");
     return 1;
   }
   Outcome compile;

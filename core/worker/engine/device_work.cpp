@@ -163,11 +163,11 @@ SampleActivity summarize_sample(const std::vector<TracedWork>& records,
       outside.emplace_back(std::max(start, end), finish);
       ran_outside = true;
     }
-    const std::string kind(kind_name(r.kind));
-    auto& w = merged[{kind, clean_name(r.name)}];
+    std::pair<std::string, std::string> key{kind_name(r.kind), clean_name(r.name)};
+    auto& w = merged[key];
     if (w.count == 0) {
-      w.kind = kind;
-      w.name = clean_name(r.name);
+      w.kind = std::move(key.first);
+      w.name = std::move(key.second);
     }
     w.count += 1;
     w.total_ms += ns_to_ms(finish - start);

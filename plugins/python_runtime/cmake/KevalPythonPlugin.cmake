@@ -8,24 +8,14 @@
 # file only names the runtime target.
 include_guard(GLOBAL)
 
+include(${PROJECT_SOURCE_DIR}/sdk/cmake/KevalPythonDriver.cmake)
+
 function(keval_add_python_plugin)
   cmake_parse_arguments(P "" "NAME;DRIVER" "SOURCES" ${ARGN})
-  if(NOT P_DRIVER OR NOT EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${P_DRIVER}/__init__.py)
-    message(FATAL_ERROR "keval_add_python_plugin(${P_NAME}): DRIVER must name a Python package "
-                        "folder (with __init__.py), got '${P_DRIVER}'")
-  endif()
   keval_add_plugin(NAME ${P_NAME} SOURCES ${P_SOURCES} LIBS keval_python_runtime)
   set_target_properties(${P_NAME} PROPERTIES
     BUILD_RPATH "$ORIGIN/.."
     INSTALL_RPATH "$ORIGIN/..")
-  # The driver, copied at configure time (editing a module re-runs the copy on the next build).
-  get_filename_component(package ${P_DRIVER} NAME)
-  set(driver_dir ${CMAKE_CURRENT_SOURCE_DIR}/${P_DRIVER})
-  file(GLOB_RECURSE modules CONFIGURE_DEPENDS RELATIVE ${driver_dir} ${driver_dir}/*.py)
-  foreach(module ${modules})
-    configure_file(${driver_dir}/${module} ${KEVAL_PLUGIN_OUTPUT_DIR}/python/${package}/${module}
-                   COPYONLY)
-  endforeach()
-  install(DIRECTORY ${driver_dir} DESTINATION ${KEVAL_INSTALL_PLUGIN_DIR}/python
-    FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+  keval_python_driver(${P_NAME} DRIVER ${CMAKE_CURRENT_SOURCE_DIR}/${P_DRIVER}
+                      OUTPUT_DIR ${KEVAL_PLUGIN_OUTPUT_DIR} INSTALL_DIR ${KEVAL_INSTALL_PLUGIN_DIR})
 endfunction()
