@@ -21,8 +21,10 @@
 #include "result/response.hpp"
 #include "supervisor/orphan_reaper.hpp"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -53,6 +55,9 @@ commands:
                             check a plugin against the SDK: its table and manifest, versioning,
                             compile errors reported as such, structs of a newer host, and the
                             sample request compiled, launched and correct (sdk/README.md)
+  compute-eval evaluate|pack-problems|pack-solutions ...
+                            ComputeEval datapacks through the daemon: pass@k, graded solutions
+                            in ComputeEval's format (docs/cuda_program.md; keval compute-eval -h)
   serve                     run the daemon: the V2 contract's HTTP/JSON API (POST /evaluate, /compare,
                             GET /jobs/ID, /health, /stats, /metrics, ...) on a Unix socket
   version                   print the version
@@ -267,7 +272,39 @@ int cmd_serve(keval::daemon::ServeOptions options) {
 
 } // namespace
 
+// `keval compute-eval ...`: the datapack runner, a client of the daemon written in Python
+// (python/keval/compute_eval, stdlib only), installed beside the plugins. It gets this keval as
+// KEVAL_BIN, to start a daemon of its own when it is given none.
+int cmd_compute_eval(int argc, char** argv) {
+  const fs::path package_root = self_dir() / ".." / "lib" / "keval" / "python";
+  if (!fs::exists(package_root / "keval" / "compute_eval")) {
+    std::cerr << "keval compute-eval: the Python package is not installed at " << package_root
+              << " (build keval with its python/ folder)\n";
+    return kExitInfrastructure;
+  }
+  std::string pythonpath = package_root.lexically_normal().string();
+  if (const char* old = std::getenv("PYTHONPATH"); old != nullptr && *old != '\0')
+    pythonpath += ":" + std::string(old);
+  ::setenv("PYTHONPATH", pythonpath.c_str(), 1);
+  ::setenv("KEVAL_BIN", (self_dir() / "keval").c_str(), 1);
+  const char* python = std::getenv("KEVAL_CLIENT_PYTHON");
+  const std::string interpreter = python != nullptr && *python != '\0' ? python : "python3";
+  std::vector<std::string> words{interpreter, "-m", "keval.compute_eval"};
+  for (int i = 2; i < argc; ++i)
+    words.emplace_back(argv[i]);
+  std::vector<char*> exec_argv;
+  for (auto& w : words)
+    exec_argv.push_back(w.data());
+  exec_argv.push_back(nullptr);
+  ::execvp(exec_argv[0], exec_argv.data());
+  std::cerr << "keval compute-eval: cannot run " << interpreter << ": " << std::strerror(errno)
+            << " (set KEVAL_CLIENT_PYTHON to a Python 3.9+ interpreter)\n";
+  return kExitInfrastructure;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "compute-eval") == 0)
+    return cmd_compute_eval(argc, argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string level = "info";
   std::optional<fs::path> state_dir;

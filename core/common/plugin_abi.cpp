@@ -7,13 +7,14 @@ namespace keval {
 
 namespace {
 
-constexpr std::array<std::pair<uint32_t, const char*>, 6> kCapabilityNames{{
+constexpr std::array<std::pair<uint32_t, const char*>, 7> kCapabilityNames{{
     {KEVAL_CAP_REQUIRES_IO_CONTRACT, "requires_io_contract"},
     {KEVAL_CAP_DEFAULT_INPUTS, "default_inputs"},
     {KEVAL_CAP_DEVICE_CUDA, "cuda"},
     {KEVAL_CAP_DEVICE_CPU, "cpu"},
     {KEVAL_CAP_RETURNS_OUTPUTS, "returns_outputs"},
     {KEVAL_CAP_NEEDS_PYTHON, "python"},
+    {KEVAL_CAP_PROGRAM, "program"},
 }};
 
 } // namespace

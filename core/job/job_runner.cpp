@@ -1,6 +1,7 @@
 #include "job/job_runner.hpp"
 
 #include "request/parse.hpp"
+#include "request/program.hpp"
 
 #include <keval/plugin.h>
 
@@ -25,6 +26,18 @@ void check_kernel(const request::KernelCode& code, const std::string& path,
     throw request::RequestError(path + ".kernel_type",
                                 "unknown kernel type '" + code.kernel_type + "' (available: " +
                                     (available.empty() ? "none" : available) + ")");
+  }
+  if (plugin->has(KEVAL_CAP_PROGRAM)) {
+    if (!request::is_program(code))
+      throw request::RequestError(path + ".metadata.problem",
+                                  "is required for kernel type '" + code.kernel_type +
+                                      "' (a whole program: docs/cuda_program.md)");
+    if (path != "kernel")
+      throw request::RequestError(path + ".kernel_type",
+                                  "'" + code.kernel_type +
+                                      "' is evaluate-only: its baseline is the problem's "
+                                      "baseline_solution (POST /evaluate)");
+    request::parse_program(code, path);
   }
   if (plugin->has(KEVAL_CAP_REQUIRES_IO_CONTRACT) && !code.io)
     throw request::RequestError(path + ".io", "IOContract is required for kernel type '" +

@@ -50,6 +50,7 @@ json::object to_json(const SandboxPolicy& p) {
   o["job_uid"] = p.job_uid;
   o["job_gid"] = p.job_gid;
   o["runner_uid_base"] = p.runner_uid_base;
+  o["uid_of_pid"] = p.uid_of_pid;
   o["memory_bytes"] = p.memory_bytes;
   o["max_processes"] = p.max_processes;
   o["max_file_bytes"] = p.max_file_bytes;
@@ -109,6 +110,8 @@ SandboxPolicy parse_sandbox_policy(const json::object& o) {
   p.runner_uid_base = static_cast<uint32_t>(unsigned_at(o, "runner_uid_base"));
   if (p.runner_uid_base > SandboxPolicy::kLargestRunnerUidBase)
     throw std::invalid_argument("sandbox policy: 'runner_uid_base' leaves no room for a pid");
+  if (o.contains("uid_of_pid"))
+    p.uid_of_pid = static_cast<uint32_t>(unsigned_at(o, "uid_of_pid"));
   p.memory_bytes = unsigned_at(o, "memory_bytes");
   p.max_processes = unsigned_at(o, "max_processes");
   p.max_file_bytes = unsigned_at(o, "max_file_bytes");

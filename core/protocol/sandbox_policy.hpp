@@ -40,6 +40,10 @@ struct SandboxPolicy {
   static constexpr uint32_t kDefaultRunnerUidBase = 0x70000000;
   static constexpr uint32_t kLargestRunnerUidBase = 0x7FFFFFFFu - kLargestPid;
   uint32_t runner_uid_base = kDefaultRunnerUidBase;
+  // The pid whose uid (runner_uid_base + it) this process takes; 0: its own. A whole program's
+  // step (docs/cuda_program.md) is a sandboxed process of its own in its runner's place: it takes
+  // that runner's uid, so that it writes the runner's directory.
+  uint32_t uid_of_pid = 0;
   // Per process that runs user code, its descendants included where a cgroup holds them.
   uint64_t memory_bytes = 0; // 0: the default (default_job_memory())
   uint64_t max_processes = 1024;

@@ -133,12 +133,17 @@ KernelCode parse_kernel_code(const json::value& value, const std::string& path,
                              const ParseContext& ctx) {
   ObjectReader reader(value, path, ctx);
   KernelCode kernel;
-  kernel.source_code =
-      parse_source_code(reader.required("source_code"), reader.path_of("source_code"), ctx.limits);
   kernel.kernel_type = std::string(read_c_string(
       reader.required("kernel_type"), reader.path_of("kernel_type"), kMaxKernelTypeBytes, true));
   if (const json::value* metadata = reader.optional("metadata"))
     kernel.metadata = read_object(*metadata, reader.path_of("metadata"));
+  // A whole program (docs/cuda_program.md) carries its code as files in metadata.solution, so
+  // its source_code may be absent or empty; everything else needs one.
+  const json::value* source = reader.optional("source_code");
+  const bool program = kernel.metadata.contains("problem");
+  if (!program || (source != nullptr && !(source->is_string() && source->as_string().empty())))
+    kernel.source_code = parse_source_code(program ? *source : reader.required("source_code"),
+                                           reader.path_of("source_code"), ctx.limits);
   if (const json::value* io = reader.optional("io")) {
     kernel.io = parse_io(*io, reader.path_of("io"), ctx);
     kernel.io_json = *io;

@@ -206,6 +206,12 @@ Response build_response(const JobRecord& record) {
 
   if (compiled_json)
     metadata["compile"] = *compiled_json;
+  // A whole program's report (docs/cuda_program.md), as its latest phase left it.
+  for (const json::object* p : {profiled_json, validated_json, compiled_json})
+    if (p != nullptr && p->contains("program")) {
+      metadata["program"] = p->at("program");
+      break;
+    }
   // What held the candidate's user code (worker/isolation/sandbox.hpp), the reference's beside it
   // when it ran in a sandbox that differs.
   if (custom_compile && !custom_compile->isolation.empty()) {
@@ -274,6 +280,10 @@ Response build_response(const JobRecord& record) {
                         (ref_compile == nullptr || ref_compile->ok) && strict_failures.empty();
     response.verdict = passed ? Verdict::success : Verdict::kernel_failed;
     body["status"] = "success";
+    // A program this machine cannot run (a newer GPU or toolkit, docs/cuda_program.md): neither
+    // the kernel's failure nor keval's, so ComputeEval's pass@k leaves it out.
+    if (compiled_json != nullptr && compiled_json->contains("skipped"))
+      body["status"] = "skipped";
   }
   return response;
 }

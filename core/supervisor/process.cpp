@@ -12,6 +12,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/readable_pipe.hpp>
 #include <boost/asio/steady_timer.hpp>
+// process_environment's launcher hook is compiled only with Boost.Process's src.hpp, which the
+// header-only build never includes: this is its one translation unit.
+#include <boost/process/v2/impl/environment.ipp>
 
 namespace keval::supervisor {
 
@@ -61,17 +64,32 @@ std::string describe_signal(int signal) {
 
 CommandResult run_command(const std::filesystem::path& exe, const std::vector<std::string>& args,
                           std::chrono::milliseconds timeout, size_t output_cap) {
+  return run_command(exe, args, timeout, CommandOptions{output_cap, {}, std::nullopt});
+}
+
+CommandResult run_command(const std::filesystem::path& exe, const std::vector<std::string>& args,
+                          std::chrono::milliseconds timeout, const CommandOptions& options) {
   asio::io_context ctx;
   asio::readable_pipe out_pipe(ctx), err_pipe(ctx);
   // ChildSetup registers the child as the host's own (OwnedChildren) and closes every other
   // descriptor in it.
+  // Each init is handed over as a temporary: the launcher calls the hooks of what it gets, and a
+  // const one would silently not redirect the child's output.
+  const std::filesystem::path directory =
+      options.directory.empty() ? std::filesystem::current_path() : options.directory;
   bp::process proc =
-      detail::ExecLauncher{}(ctx.get_executor(), exe, args,
-                             bp::process_stdio{nullptr, out_pipe, err_pipe}, detail::ChildSetup{});
+      options.environment
+          ? detail::ExecLauncher{}(
+                ctx.get_executor(), exe, args, bp::process_stdio{nullptr, out_pipe, err_pipe},
+                bp::process_start_dir(directory), bp::process_environment(*options.environment),
+                detail::ChildSetup{})
+          : detail::ExecLauncher{}(ctx.get_executor(), exe, args,
+                                   bp::process_stdio{nullptr, out_pipe, err_pipe},
+                                   bp::process_start_dir(directory), detail::ChildSetup{});
   const int pid = proc.id();
 
   CommandResult result;
-  CappedOutput out(output_cap), err(output_cap);
+  CappedOutput out(options.output_cap), err(options.output_cap);
   std::array<char, 16384> out_buf{}, err_buf{};
   std::function<void(asio::readable_pipe&, std::array<char, 16384>&, CappedOutput&)> drain =
       [&](asio::readable_pipe& pipe, std::array<char, 16384>& buf, CappedOutput& sink) {

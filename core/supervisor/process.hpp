@@ -41,8 +41,17 @@ struct CommandResult {
   std::string err;
 };
 
-// Runs a helper command to completion (used to probe plugins). Kills its process group when
-// `timeout` passes. Throws std::system_error when it cannot be started.
+struct CommandOptions {
+  size_t output_cap = 1 << 20;     // per stream (CappedOutput)
+  std::filesystem::path directory; // empty: ours
+  // The whole environment ("NAME=value"); nullopt: ours.
+  std::optional<std::vector<std::string>> environment;
+};
+
+// Runs a command to completion (plugin probes; a program's build and test steps). Kills its
+// process group when `timeout` passes. Throws std::system_error when it cannot be started.
+CommandResult run_command(const std::filesystem::path& exe, const std::vector<std::string>& args,
+                          std::chrono::milliseconds timeout, const CommandOptions& options);
 CommandResult run_command(const std::filesystem::path& exe, const std::vector<std::string>& args,
                           std::chrono::milliseconds timeout, size_t output_cap = 1 << 20);
 

@@ -21,6 +21,7 @@
 #include "worker/isolation/isolation.hpp"
 #include "worker/pipeline/pipeline.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
+#include "worker/program/step_process.hpp"
 #include "worker/runner/runner.hpp"
 #include "worker/runner/runner_client.hpp"
 
@@ -271,6 +272,10 @@ int main(int argc, char** argv) {
     return describe(argc, argv);
   if (argc == 2 && std::strcmp(argv[1], "--devices") == 0)
     return list_devices();
+  // `--program-step POLICY -- ARGV...`: one command of a whole program, sandboxed in its
+  // runner's place (worker/program/step_process.hpp).
+  if (argc >= 2 && std::strcmp(argv[1], keval::worker::program::kStepOption) == 0)
+    return keval::worker::program::exec_step(argc, argv);
   if (argc == 3 && std::strcmp(argv[1], "--sandbox-probe") == 0)
     return sandbox_probe(argv[2]);
   // `--conformance PLUGIN.so --cuda-arch N [--request FILE]`: keval conformance's checks of the

@@ -132,7 +132,7 @@ void check_manifest(const LoadedPlugin& plugin, Outcome& outcome) {
     hex << std::hex << unknown;
     outcome.fail("capability bits this SDK does not define: 0x" + hex.str());
   }
-  if ((m.capabilities & (KEVAL_CAP_DEVICE_CPU | KEVAL_CAP_DEVICE_CUDA)) == 0)
+  if ((m.capabilities & (KEVAL_CAP_DEVICE_CPU | KEVAL_CAP_DEVICE_CUDA | KEVAL_CAP_PROGRAM)) == 0)
     outcome.fail("declares no device (KEVAL_CAP_DEVICE_CPU or KEVAL_CAP_DEVICE_CUDA)");
   guarded(outcome, "manifest", [&] {
     const keval_manifest* again = plugin.api().manifest();
@@ -207,6 +207,66 @@ std::optional<Sample> sample_from_request(const std::filesystem::path& request_f
     return sample;
   }
   return std::nullopt;
+}
+
+// A whole-program type (KEVAL_CAP_PROGRAM): compile_error and newer_host do not apply (its
+// compile is never called); "compile" is its plan of the sample, which must be a JSON object
+// with the steps the core runs (docs/cuda_program.md), or a reason it is skipped here.
+template <class Report, class SkipRest>
+bool check_program(const LoadedPlugin& plugin, const std::optional<Sample>& sample,
+                   const Outcome& sample_problem, bool have_request, int target_arch,
+                   Report& report, SkipRest& skip_rest) {
+  for (const char* check : {"compile_error", "newer_host"}) {
+    Outcome skipped;
+    skipped.skip("a whole-program type: planned by plan_program, never compiled as a kernel");
+    report(check, skipped);
+  }
+  if (!have_request) {
+    skip_rest("compile", "no sample request (--request FILE)");
+    return true;
+  }
+  if (!sample) {
+    report("compile", sample_problem);
+    skip_rest("kernel_destroy", "no sample planned");
+    return false;
+  }
+  Outcome plan;
+  on_serving_thread([&] {
+    guarded(plan, "plan_program", [&] {
+      const std::string environment =
+          json::serialize(json::object{{"cuda_arch", target_arch}, {"gpu_count", 0}});
+      keval_program_args args{};
+      args.struct_size = sizeof args;
+      args.program_json = sample->metadata_json.c_str();
+      args.which = "solution";
+      args.environment_json = environment.c_str();
+      const char* plan_json = nullptr;
+      PluginError error(plugin.api(), plugin.plan_program()(&args, &plan_json));
+      if (error) {
+        plan.fail(std::string("plan_program failed: ") + error_code_name(error.code()) + ": " +
+                  error.message());
+        return;
+      }
+      boost::system::error_code ec;
+      const json::value parsed = json::parse(plan_json == nullptr ? "" : plan_json, ec);
+      if (ec || !parsed.is_object()) {
+        plan.fail("plan_program returned no JSON object");
+        return;
+      }
+      const json::object& o = parsed.as_object();
+      if (const json::value* skipped = o.if_contains("skipped"); skipped && skipped->is_string())
+        plan.detail = "planned as skipped here: " + std::string(skipped->as_string());
+      else if (!o.contains("test") || !o.contains("build_full"))
+        plan.fail("the plan has no test or build_full step");
+      else
+        plan.detail = "plan_program: " + json::serialize(o.at("test")).substr(0, 160);
+    });
+  });
+  report("compile", plan);
+  Outcome destroy;
+  destroy.skip("a whole-program type has no kernel to release");
+  report("kernel_destroy", destroy);
+  return true;
 }
 
 int run_abi_checks(const std::filesystem::path& path,
@@ -289,6 +349,13 @@ int run_abi_checks(const std::filesystem::path& path,
     uncompilable.metadata_json = sample->metadata_json;
     uncompilable.io_json = sample->io_json;
   }
+
+  // A whole-program type is never compiled as a kernel: its checks are the plan of the sample.
+  if (plugin->has(KEVAL_CAP_PROGRAM))
+    return check_program(*plugin, sample, sample_problem, request_file.has_value(), target_arch,
+                         report, skip_rest)
+               ? (failures == 0 ? 0 : 1)
+               : 1;
 
   // What the host would pass: a CUDA type compiles for the target GPU before any device exists.
   const int32_t cuda_arch = plugin->has(KEVAL_CAP_DEVICE_CUDA) ? target_arch : 0;

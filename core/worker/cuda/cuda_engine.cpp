@@ -545,6 +545,9 @@ CudaAvailability probe_cuda() {
       return availability;
     }
     availability.arch_of_first = major * 10 + minor;
+    char name[256] = {};
+    if (d.cuDeviceGetName(name, sizeof name - 1, first) == CUDA_SUCCESS)
+      availability.name_of_first = name;
     availability.usable = true;
   } catch (const std::exception& error) { // a driver that loads but misbehaves
     availability.usable = false;

@@ -17,7 +17,8 @@ struct CudaAvailability {
   // when usable.
   std::string reason;
   int device_count = 0;
-  int arch_of_first = 0; // compute capability of device 0 as major * 10 + minor (90 for sm_90)
+  int arch_of_first = 0;     // compute capability of device 0 as major * 10 + minor (90 for sm_90)
+  std::string name_of_first; // "NVIDIA H100 80GB HBM3"
 };
 
 // Loads the driver, initialises it and reads device 0's compute capability. Creates no context

@@ -146,7 +146,7 @@ void own_network(Report& report) {
 std::optional<uid_t> own_uid(const SandboxPolicy& policy, std::string& why) {
   if (policy.runner_uid_base == 0)
     return std::nullopt;
-  const pid_t pid = ::getpid();
+  const pid_t pid = policy.uid_of_pid != 0 ? static_cast<pid_t>(policy.uid_of_pid) : ::getpid();
   if (pid <= 0 || static_cast<uint32_t>(pid) >= SandboxPolicy::kLargestPid ||
       policy.runner_uid_base > SandboxPolicy::kLargestRunnerUidBase) {
     why = "pid " + std::to_string(pid) + " is past the uids from " +
@@ -528,6 +528,14 @@ json::object apply_sandbox(const SandboxPolicy& policy) {
   // cuInit fails (CUDA_ERROR_OPERATING_SYSTEM) when it cannot. Nothing there reaches another
   // process (other processes' entries are not beneath it).
   landlock.writable_dirs.push_back("/proc/" + std::to_string(::getpid()));
+  // A whole program's step (uid_of_pid set, worker/program/step_process.hpp) is usually a shell
+  // whose children run CUDA: each needs its own /proc entry, and their pids are not known yet,
+  // so /proc itself is writable to it. What that opens is little: another process's entry needs
+  // ptrace access, which Landlock denies outside this domain, and the sysctls under /proc/sys
+  // stay root's by their file modes; hence never for a step that kept uid 0 (--job-user root),
+  // whose programs then have only their shell's entry.
+  if (policy.uid_of_pid != 0 && ::geteuid() != 0)
+    landlock.writable_dirs.push_back("/proc");
   landlock.writable_files = writable_devices();
   if (threads > 1) {
     const std::string why = "the runner already had " + std::to_string(threads) + " threads";

@@ -1,5 +1,7 @@
 #include "worker/pipeline/pipeline.hpp"
 
+#include "worker/program/program_pipeline.hpp"
+
 #include "checks/kernel_names.hpp"
 #include "checks/static_scan.hpp"
 #include "common/log.hpp"
@@ -242,6 +244,14 @@ private:
   void run_steps() {
     start_runners();
     step("runners started");
+    // A whole program (docs/cuda_program.md): its own pipeline, with the runner just loaded.
+    if (custom().has(KEVAL_CAP_PROGRAM)) {
+      if (request_.ref)
+        throw std::runtime_error("a program kernel type cannot be compared (the host checks it)");
+      run_program_job(channel_, job_, *custom().runner, custom().plugin_path.string(),
+                      custom().isolation, runners_);
+      return;
+    }
     // Only a job that needs CUDA touches the driver: cuInit takes a good part of a second and is
     // serialised in the driver across processes, so a CPU job on a GPU machine that initialised it
     // anyway would cost every other job its turn (the soak's CPU jobs ran at 3 jobs/s there).

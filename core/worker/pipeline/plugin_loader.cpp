@@ -51,6 +51,13 @@ LoadedPlugin::LoadedPlugin(const std::filesystem::path& path) : path_(path) {
   if ((manifest_->capabilities & KEVAL_CAP_DEFAULT_INPUTS) && api_->default_inputs == nullptr)
     throw PluginLoadError(path.string() +
                           ": declares default_inputs but its table has no default_inputs entry");
+  if ((manifest_->capabilities & KEVAL_CAP_PROGRAM) && plan_program() == nullptr)
+    throw PluginLoadError(path.string() +
+                          ": declares program but its table has no plan_program entry (1.2)");
+}
+
+decltype(keval_plugin_api::plan_program) LoadedPlugin::plan_program() const {
+  return KEVAL_STRUCT_HAS(api_, keval_plugin_api, plan_program) ? api_->plan_program : nullptr;
 }
 
 boost::json::object LoadedPlugin::describe() const {

@@ -28,6 +28,8 @@ public:
   const keval_manifest& manifest() const { return *manifest_; }
   const std::filesystem::path& path() const { return path_; }
   bool has(uint32_t capability) const { return (manifest_->capabilities & capability) != 0; }
+  // The 1.2 entry of a program type, or nullptr (an older table, or not a program type).
+  decltype(keval_plugin_api::plan_program) plan_program() const;
   // {path, kernel_type, plugin_version, api_major, api_minor, capabilities[], description}
   boost::json::object describe() const;
 

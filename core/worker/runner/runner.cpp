@@ -8,6 +8,7 @@
 #include "worker/pipeline/arguments.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
 #include "worker/runner/detail/wire.hpp"
+#include "worker/runner/program_commands.hpp"
 #include "worker/runner/runner_protocol.hpp"
 
 #ifdef KEVAL_HAVE_CUDA
@@ -179,8 +180,13 @@ private:
       return load_plugin(detail::string_field(command, "plugin"));
     if (type == runner_msg::kCompanion)
       return compile_companion(command);
+    // A whole program's workspace (program_commands.hpp): no plugin code runs for it.
+    if (type == program_commands::kFiles)
+      return program_commands::files(command, channel_);
     if (plugin_ == nullptr && type != runner_msg::kLoad)
       throw WireError("'" + type + "' before 'load'");
+    if (type == program_commands::kPlan)
+      return program_commands::plan(*plugin_, command);
     if (type == runner_msg::kCompile)
       return compile(command);
     if (kernel_ == nullptr)

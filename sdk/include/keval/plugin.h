@@ -52,11 +52,12 @@ extern "C" {
 #endif
 
 #define KEVAL_PLUGIN_API_MAJOR 1
-#define KEVAL_PLUGIN_API_MINOR 1 /* the newest minor version this header describes */
+#define KEVAL_PLUGIN_API_MINOR 2 /* the newest minor version this header describes */
 
 /* The minor version that introduced each optional feature: a plugin's api_minor is the largest of
  * those it uses (0 when it uses none). */
 #define KEVAL_PLUGIN_API_MINOR_PREWARM 1 /* keval_plugin_api.prewarm */
+#define KEVAL_PLUGIN_API_MINOR_PROGRAM 2 /* KEVAL_CAP_PROGRAM, keval_plugin_api.plan_program */
 
 /* The one exported symbol. Its type is keval_plugin_entry_fn. */
 #define KEVAL_PLUGIN_ENTRY_NAME "keval_plugin_entry_v1"
@@ -154,6 +155,11 @@ typedef struct keval_dl_managed_tensor {
 #define KEVAL_CAP_DEVICE_CPU (1u << 3)           /* runs on the CPU */
 #define KEVAL_CAP_RETURNS_OUTPUTS (1u << 4)      /* launch returns its outputs (torch style) */
 #define KEVAL_CAP_NEEDS_PYTHON (1u << 5)         /* embeds Python (informational) */
+/* Whole programs (1.2): the request carries files and commands, not a kernel and tensors
+ * (docs/cuda_program.md). The plugin plans the build, test and benchmark (plan_program); the core
+ * writes the workspace, runs each step in a sandboxed process and judges by exit status.
+ * compile/bind_device/launch are never called for such a type. */
+#define KEVAL_CAP_PROGRAM (1u << 6)
 
 typedef struct keval_manifest {
   size_t struct_size;
@@ -261,6 +267,22 @@ typedef struct keval_default_inputs_args {
 } keval_default_inputs_args;
 
 /* ------------------------------------------------------------------------------------------ */
+/* Whole programs (1.2)                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct keval_program_args {
+  size_t struct_size;
+  /* The request's kernel `metadata` as JSON text ({problem, solution, benchmark}), checked by the
+   * core (paths, sizes, shapes) before the plugin sees it. Borrowed, call. */
+  const char* program_json;
+  /* Which solution to plan: "solution" or "baseline" (the problem's baseline_solution). */
+  const char* which;
+  /* What the core knows of this machine as JSON text: {"cuda_arch": 90 (0: no GPU),
+   * "gpu_name": "...", "gpu_count": 1}. Borrowed, call. */
+  const char* environment_json;
+} keval_program_args;
+
+/* ------------------------------------------------------------------------------------------ */
 /* The function table                                                                           */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -302,6 +324,16 @@ typedef struct keval_plugin_api {
    * frameworks. Must not create a GPU context or depend on any job. An error is logged and the
    * worker carries on (the job then does that setup itself). */
   keval_error* (*prewarm)(void);
+
+  /* --- 1.2 ----------------------------------------------------------------------------------- */
+
+  /* Whole-program types (KEVAL_CAP_PROGRAM) only, else NULL. Turns one program request into the
+   * steps the core runs: the plugin knows what the type's problems mean, the core how to run
+   * untrusted commands. Runs before any user code, may run tools (nvcc --version), must not
+   * create a GPU context. On success *plan_json is JSON object text (docs/cuda_program.md,
+   * "Plans"), plugin-owned, valid until the next call. KEVAL_ERROR_INVALID_REQUEST names what is
+   * wrong with the program. */
+  keval_error* (*plan_program)(const struct keval_program_args* args, const char** plan_json);
 } keval_plugin_api;
 
 typedef const keval_plugin_api* (*keval_plugin_entry_fn)(void);

@@ -67,7 +67,8 @@ extern "C" KEVAL_PLUGIN_EXPORT const keval_plugin_api* keval_plugin_entry_v1(voi
                                      nullptr,
                                      &launch,
                                      &destroy,
-                                     &not_in_a_1_0_table};
+                                     &not_in_a_1_0_table,
+                                     nullptr};
   return &v1_0;
 #else
   static const keval_plugin_api api{sizeof(keval_plugin_api),
@@ -80,6 +81,7 @@ extern "C" KEVAL_PLUGIN_EXPORT const keval_plugin_api* keval_plugin_entry_v1(voi
                                     nullptr,
                                     &launch,
                                     &destroy,
+                                    nullptr,
                                     nullptr};
   return &api;
 #endif

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""ComputeEval's local procedure vs keval on the same problems and solutions, side by side.
+
+ComputeEval's procedure (evaluators/base.py + local_evaluator.py, reproduced here with the
+standard library so that nothing of ComputeEval is needed): for every solution, a fresh
+workspace of context + test + solution files, `build_command`, then `test_command` holding one
+GPU of a pool, N worker threads, no sandbox. keval: `keval compute-eval evaluate` through a
+daemon that is already running (a daemon is long-lived by design; its start-up is printed apart),
+with --jobs N, sandboxed, with and without harness reuse.
+
+Problems are keval's own (tests/compute_eval/problems): k solutions per problem, drawn in turn
+from each problem's variants (pass, wrong, build_error, ...; never a timeout variant, whose
+waiting would only measure the timeout). Every verdict of keval is compared with the procedure's
+and disagreements are printed. Prints one row per run and the ratios.
+
+  python3 bench/compute_eval.py --keval-bin build/bin/keval --workers 4 --k 4
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+from keval._daemon import LocalDaemon  # noqa: E402
+from keval.compute_eval.datapack import write_problems, write_solutions  # noqa: E402
+from keval.compute_eval.pack import load_problem_dir, load_solution_dir  # noqa: E402
+
+PROBLEMS_DIR = os.path.join(ROOT, "tests", "compute_eval", "problems")
+SKIPPED_VARIANTS = {"timeout"}
+
+
+def gpu_count() -> int:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+        return len([line for line in out.splitlines() if line.strip()])
+    except (OSError, subprocess.SubprocessError):
+        return 0
+
+
+def select(problem_names, k, with_gpu):
+    problems, solutions = [], []
+    for name in problem_names:
+        directory = os.path.join(PROBLEMS_DIR, name)
+        problem = load_problem_dir(directory)
+        if problem.get("compute_capability") is not None and not with_gpu:
+            continue
+        variants = sorted(v for v in os.listdir(os.path.join(directory, "variants"))
+                          if v not in SKIPPED_VARIANTS)
+        problems.append(problem)
+        for i in range(k):
+            solutions.append(load_solution_dir(directory, variants[i % len(variants)]))
+    return problems, solutions
+
+
+# ---- ComputeEval's local procedure -------------------------------------------------------------
+
+class GpuPool:
+    def __init__(self, n):
+        self.free = queue.Queue()
+        for i in range(max(n, 1)):
+            self.free.put(i)
+
+    @contextlib.contextmanager
+    def acquire(self):
+        gpu = self.free.get()
+        try:
+            yield gpu
+        finally:
+            self.free.put(gpu)
+
+
+def run_step(command, workdir, timeout, env):
+    proc = subprocess.Popen(command, shell=True, start_new_session=True, cwd=workdir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return False
+    return proc.returncode == 0
+
+
+def computeeval_one(problem, solution, pool, needs_gpu_pool):
+    timeout = problem.get("timeout_seconds") or 60.0
+    with tempfile.TemporaryDirectory() as work:
+        for f in problem["context_files"] + problem["test_files"] + solution["files"]:
+            path = os.path.join(work, f["path"])
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as out:
+                out.write(f["content"])
+        env = os.environ.copy()
+        if problem.get("build_command") and not run_step(problem["build_command"], work, timeout,
+                                                        env):
+            return False
+        ctx = pool.acquire() if needs_gpu_pool else contextlib.nullcontext(None)
+        with ctx as gpu:
+            if gpu is not None:
+                env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+            return run_step(problem["test_command"], work, timeout, env)
+
+
+def computeeval(problems, solutions, workers, gpus):
+    by_task = {p["task_id"]: p for p in problems}
+    pool = GpuPool(gpus)
+    start = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as executor:
+        futures = [executor.submit(computeeval_one, by_task[s["task_id"]], s, pool, gpus > 0)
+                   for s in solutions]
+        verdicts = [f.result() for f in futures]
+    return time.monotonic() - start, verdicts
+
+
+# ---- keval -----------------------------------------------------------------------------------
+
+def keval_run(problems_pack, solutions_pack, socket, workers, reuse, work):
+    out = os.path.join(work, f"graded-{workers}-{int(reuse)}-{time.monotonic_ns()}.jsonl")
+    cmd = [sys.executable, "-m", "keval.compute_eval", "evaluate", "--problems", problems_pack,
+           "--solutions", solutions_pack, "--jobs", str(workers), "--daemon", socket,
+           "--output", out, "--progress", "lines"]
+    if not reuse:
+        cmd.append("--no-harness-reuse")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    start = time.monotonic()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    seconds = time.monotonic() - start
+    if done.returncode not in (0,):
+        sys.stderr.write(done.stdout + done.stderr)
+        raise SystemExit(f"keval compute-eval exited with {done.returncode}")
+    entries = [json.loads(line) for line in open(out)]
+    entries.sort(key=lambda e: e["keval"]["solution_index"])
+    return seconds, [bool(e["passed"]) for e in entries], entries
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keval-bin", default=os.path.join(ROOT, "build", "bin", "keval"))
+    parser.add_argument("--workers", type=int, nargs="+", default=[4])
+    parser.add_argument("--k", type=int, default=4, help="solutions per problem")
+    parser.add_argument("--problems", nargs="+", default=sorted(os.listdir(PROBLEMS_DIR)))
+    parser.add_argument("--daemon-arg", action="append", default=[])
+    args = parser.parse_args()
+
+    gpus = gpu_count()
+    problems, solutions = select(args.problems, args.k, gpus > 0)
+    print(f"{len(problems)} problems, {len(solutions)} solutions ({args.k} per problem), "
+          f"{gpus} GPU(s), {os.cpu_count()} cores")
+    work = tempfile.mkdtemp(prefix="keval-bench-ce-")
+    problems_pack = os.path.join(work, "bench-problems.tar.gz")
+    solutions_pack = os.path.join(work, "bench-solutions.tar.gz")
+    write_problems(problems_pack, problems, release="internal")
+    write_solutions(solutions_pack, solutions, release="internal")
+
+    rows = []
+    try:
+        started = time.monotonic()
+        with LocalDaemon(keval_bin=args.keval_bin, extra_args=args.daemon_arg) as daemon:
+            print(f"keval daemon started in {time.monotonic() - started:.2f} s (not counted)")
+            # One untimed pass warms what a long-running daemon has warm (the harness cache is
+            # cleared by the --no-harness-reuse row coming first each round).
+            for workers in args.workers:
+                ce_s, ce_verdicts = computeeval(problems, solutions, workers, gpus)
+                rows.append(("ComputeEval local procedure", workers, ce_s, None))
+                for reuse in (False, True):
+                    s, verdicts, entries = keval_run(problems_pack, solutions_pack,
+                                                     daemon.socket_path, workers, reuse, work)
+                    label = "keval (daemon, sandboxed)" + (", harness reuse" if reuse else
+                                                           ", plain build command")
+                    rows.append((label, workers, s, ce_s / s))
+                    for i, (a, b) in enumerate(zip(ce_verdicts, verdicts)):
+                        if a != b:
+                            why = (entries[i].get("build_output") or
+                                   entries[i].get("test_output") or "")[:160]
+                            print(f"  verdict differs: solution {i} ({solutions[i]['task_id']}, "
+                                  f"{label}): ComputeEval {a}, keval {b}: {why!r}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    n = len(solutions)
+    print(f"\n{'procedure':46} {'N':>3} {'wall s':>8} {'solutions/min':>14} {'vs ComputeEval':>15}")
+    for label, workers, seconds, ratio in rows:
+        print(f"{label:46} {workers:>3} {seconds:8.2f} {60 * n / seconds:14.1f} "
+              f"{'' if ratio is None else f'{ratio:.2f}x':>15}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+#include "common/beneath.hpp"
+
+#include "common/unique_fd.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace keval {
+
+namespace {
+
+[[noreturn]] void fail(int error, const std::string& what) {
+  throw std::system_error(error, std::generic_category(), what);
+}
+
+// The directory that holds the last component of `relative`, opened component by component with
+// O_NOFOLLOW; `create` makes missing ones. Sets `leaf` to the last component.
+UniqueFd open_parent(const std::filesystem::path& root, std::string_view relative, bool create,
+                     std::string& leaf, std::string* why) {
+  UniqueFd dir(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) {
+    if (why == nullptr)
+      fail(errno, "cannot open " + root.string());
+    *why = "cannot open " + root.string() + ": " + std::strerror(errno);
+    return {};
+  }
+  size_t begin = 0;
+  for (size_t slash = relative.find('/'); slash != std::string_view::npos;
+       slash = relative.find('/', begin)) {
+    const std::string part(relative.substr(begin, slash - begin));
+    begin = slash + 1;
+    if (create && ::mkdirat(dir.get(), part.c_str(), 0755) != 0 && errno != EEXIST)
+      fail(errno, "cannot create directory " + std::string(relative.substr(0, slash)));
+    UniqueFd next(
+        ::openat(dir.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next) {
+      const std::string what =
+          std::string(relative.substr(0, slash)) + (errno == ELOOP || errno == ENOTDIR
+                                                        ? " is not a directory (a symlink?)"
+                                                        : std::string(": ") + std::strerror(errno));
+      if (why == nullptr)
+        fail(errno, what);
+      *why = what;
+      return {};
+    }
+    dir = std::move(next);
+  }
+  leaf = std::string(relative.substr(begin));
+  return dir;
+}
+
+} // namespace
+
+void write_file_beneath(const std::filesystem::path& root, std::string_view relative,
+                        std::string_view content, unsigned mode) {
+  std::string leaf;
+  UniqueFd dir = open_parent(root, relative, true, leaf, nullptr);
+  UniqueFd file(::openat(dir.get(), leaf.c_str(),
+                         O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (!file)
+    fail(errno, "cannot write " + std::string(relative));
+  const char* data = content.data();
+  size_t left = content.size();
+  while (left > 0) {
+    const ssize_t n = ::write(file.get(), data, left);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      fail(errno, "cannot write " + std::string(relative));
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+std::optional<std::string> read_file_beneath(const std::filesystem::path& root,
+                                             std::string_view relative, size_t max_bytes,
+                                             std::string* why) {
+  std::string leaf, reason;
+  UniqueFd dir = open_parent(root, relative, false, leaf, &reason);
+  if (!dir) {
+    if (why)
+      *why = reason;
+    return std::nullopt;
+  }
+  // O_NONBLOCK: a FIFO planted under the name must not hang the reader.
+  UniqueFd file(::openat(dir.get(), leaf.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat st {};
+  if (!file || ::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (why)
+      *why = std::string(relative) + (!file && errno == ENOENT  ? " does not exist"
+                                      : !file && errno == ELOOP ? " is a symlink"
+                                                                : " is not a regular file");
+    return std::nullopt;
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    if (why)
+      *why = std::string(relative) + " is larger than " + std::to_string(max_bytes) + " bytes";
+    return std::nullopt;
+  }
+  std::string content;
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = ::read(file.get(), buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    content.append(buffer, static_cast<size_t>(n));
+    if (content.size() > max_bytes) {
+      if (why)
+        *why = std::string(relative) + " grew past " + std::to_string(max_bytes) + " bytes";
+      return std::nullopt;
+    }
+  }
+  return content;
+}
+
+} // namespace keval

@@ -1,0 +1,146 @@
+#include "worker/program/harness_cache.hpp"
+
+#include "common/beneath.hpp"
+#include "store/detail/blob_store.hpp"
+
+#include <random>
+#include <system_error>
+
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace keval::worker::program {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+namespace {
+
+constexpr int kFormat = 1;
+constexpr const char* kManifest = "manifest.json";
+constexpr size_t kMaxObjectBytes = 256u << 20;
+
+bool is_key(const std::string& key) {
+  if (key.size() != 64)
+    return false;
+  for (const char c : key)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+      return false;
+  return true;
+}
+
+std::string random_suffix() {
+  std::random_device rd;
+  return std::to_string(rd()) + std::to_string(rd());
+}
+
+} // namespace
+
+HarnessCache::HarnessCache(fs::path root, std::string why_disabled)
+    : root_(std::move(root)), why_disabled_(std::move(why_disabled)) {}
+
+std::optional<HarnessCache::Entry> HarnessCache::open_entry(const fs::path& dir,
+                                                            const std::string& key) const {
+  std::string why;
+  const auto manifest_text = read_file_beneath(dir, kManifest, 1 << 20, &why);
+  if (!manifest_text)
+    return std::nullopt;
+  try {
+    const json::object manifest = json::parse(*manifest_text).as_object();
+    if (manifest.at("key").as_string() != key || manifest.at("format").to_number<int>() != kFormat)
+      return std::nullopt;
+    Entry entry;
+    entry.reused = true;
+    for (const auto& value : manifest.at("objects").as_array()) {
+      const json::object& o = value.as_object();
+      const std::string file(o.at("file").as_string());
+      const auto bytes = read_file_beneath(dir, file, kMaxObjectBytes, &why);
+      if (!bytes || store::detail::sha256_hex(*bytes) != o.at("sha256").as_string())
+        return std::nullopt; // damaged: rebuilt and replaced
+      UniqueFd fd(::open((dir / file).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+      if (!fd)
+        return std::nullopt;
+      entry.objects.emplace(std::string(o.at("path").as_string()), std::move(fd));
+    }
+    return entry;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+void HarnessCache::publish(const fs::path& dir, const std::string& key,
+                           const std::map<std::string, std::string>& objects) const {
+  const fs::path staging = dir.string() + ".tmp-" + random_suffix();
+  fs::create_directories(staging);
+  json::array listed;
+  size_t n = 0;
+  for (const auto& [path, bytes] : objects) {
+    const std::string file = std::to_string(n++) + ".o";
+    write_file_beneath(staging, file, bytes, 0444);
+    listed.push_back(json::object{{"path", path},
+                                  {"file", file},
+                                  {"sha256", store::detail::sha256_hex(bytes)},
+                                  {"bytes", bytes.size()}});
+  }
+  write_file_beneath(staging, kManifest,
+                     json::serialize(json::object{
+                         {"format", kFormat}, {"key", key}, {"objects", std::move(listed)}}),
+                     0444);
+  std::error_code ec;
+  if (fs::exists(dir, ec)) { // a damaged entry: moved aside, then removed
+    const fs::path trash = dir.string() + ".bad-" + random_suffix();
+    fs::rename(dir, trash, ec);
+    fs::remove_all(trash, ec);
+  }
+  fs::rename(staging, dir);
+}
+
+std::optional<HarnessCache::Entry> HarnessCache::get_or_build(const std::string& key,
+                                                              const Builder& build) {
+  if (!is_key(key))
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                            "harness key is not a SHA-256 in hex");
+  if (!enabled()) {
+    auto objects = build();
+    if (!objects)
+      return std::nullopt;
+    // No cache: the objects go to the solution's workspace from memfd copies.
+    Entry entry;
+    for (const auto& [path, bytes] : *objects) {
+      UniqueFd fd(::memfd_create("keval-harness-object", MFD_CLOEXEC));
+      if (!fd)
+        throw std::system_error(errno, std::generic_category(), "memfd_create");
+      if (::write(fd.get(), bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size()))
+        throw std::system_error(errno, std::generic_category(), "writing a harness object");
+      ::lseek(fd.get(), 0, SEEK_SET);
+      entry.objects.emplace(path, std::move(fd));
+    }
+    return entry;
+  }
+  const fs::path shard = root_ / key.substr(0, 2);
+  fs::create_directories(shard);
+  const fs::path dir = shard / key;
+  UniqueFd lock(::open((shard / (key + ".lock")).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock)
+    throw std::system_error(errno, std::generic_category(), "cannot open the harness cache lock");
+  while (::flock(lock.get(), LOCK_EX) != 0)
+    if (errno != EINTR)
+      throw std::system_error(errno, std::generic_category(), "cannot lock the harness cache");
+  if (auto entry = open_entry(dir, key))
+    return entry;
+  auto objects = build();
+  if (!objects)
+    return std::nullopt;
+  publish(dir, key, *objects);
+  auto entry = open_entry(dir, key);
+  if (entry)
+    entry->reused = false;
+  return entry;
+}
+
+} // namespace keval::worker::program

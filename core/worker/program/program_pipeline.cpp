@@ -1,0 +1,752 @@
+#include "worker/program/program_pipeline.hpp"
+
+#include "checks/source_references.hpp"
+#include "common/beneath.hpp"
+#include "protocol/job_contract.hpp"
+#include "request/program.hpp"
+#include "supervisor/process.hpp"
+#include "worker/isolation/isolation.hpp"
+#include "worker/program/harness_cache.hpp"
+#include "worker/program/step_process.hpp"
+#include "worker/program/timing.hpp"
+#include "worker/runner/program_commands.hpp"
+
+#ifdef KEVAL_HAVE_CUDA
+#include "worker/cuda/cuda_engine.hpp"
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <regex>
+
+#include <boost/json/serialize.hpp>
+#include <boost/json/value_from.hpp>
+#include <spdlog/spdlog.h>
+
+namespace keval::worker {
+
+namespace {
+
+namespace json = boost::json;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using program::HarnessCache;
+
+constexpr size_t kOutputCap = 64u << 10; // per stream: the first and the last 32 KiB
+constexpr size_t kMaxProfileBytes = 16u << 20;
+constexpr int kBenchmarkRuns = 3; // per side, alternating, the median kept
+constexpr const char* kKeepFiles[] = {".keval/.keep", ".keval/harness/.keep",
+                                      ".keval/solution/.keep"};
+
+protocol::ErrorInfo error_info(std::string type, std::string message, std::string details = {}) {
+  return {std::move(type), std::move(message), std::move(details)};
+}
+
+std::string text_of(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  return v != nullptr && v->is_string() ? std::string(v->as_string()) : std::string();
+}
+
+double number_of(const json::object& o, const char* key, double fallback) {
+  const json::value* v = o.if_contains(key);
+  return v != nullptr && v->is_number() ? v->to_number<double>() : fallback;
+}
+
+std::string format_seconds(double s) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g s", s);
+  return buffer;
+}
+
+// "exited with code 1", "was killed by SIGSEGV (...)", "timed out after 30 s".
+std::string how_it_ended(const json::object& r, double timeout_s) {
+  if (r.at("timed_out").as_bool())
+    return "timed out after " + format_seconds(timeout_s);
+  if (const json::value& code = r.at("exit_code"); !code.is_null()) {
+    const int64_t c = code.to_number<int64_t>();
+    // The commands run under sh, which reports a program killed by signal N as 128 + N.
+    if (c > 128 && c < 128 + 65)
+      return "exited with code " + std::to_string(c) +
+             " (the shell's report of a program killed by " +
+             supervisor::describe_signal(static_cast<int>(c - 128)) + ")";
+    return "exited with code " + std::to_string(c);
+  }
+  if (const json::value& sig = r.at("signal"); !sig.is_null())
+    return "was killed by " +
+           supervisor::describe_signal(static_cast<int>(sig.to_number<int64_t>()));
+  return "ended";
+}
+
+bool succeeded(const json::object& r) {
+  return !r.at("timed_out").as_bool() && !r.at("exit_code").is_null() &&
+         r.at("exit_code").to_number<int64_t>() == 0;
+}
+
+// One side of the job: the solution, or the problem's baseline (performance mode).
+struct ProgramSide {
+  std::string name; // "solution" | "baseline"
+  RunnerClient* runner = nullptr;
+  std::unique_ptr<RunnerClient> owned;
+  json::object plan;
+  bool built = false;
+  json::object build; // the report's "build"
+};
+
+class ProgramJob {
+public:
+  ProgramJob(protocol::BlockingChannel& channel, const JobSpec& job, RunnerClient& runner,
+             std::string plugin_path, json::object isolation, RunnerSource& runners)
+      : channel_(channel), job_(job), plugin_path_(std::move(plugin_path)),
+        isolation_(std::move(isolation)), runners_(runners) {
+    solution_.name = "solution";
+    solution_.runner = &runner;
+  }
+
+  void run() {
+    program_ = request::parse_program(job_.request.kernel, "kernel");
+    report_["task_id"] = program_.task_id;
+    report_["skipped"] = nullptr;
+    report_["source_references"] = nullptr;
+    report_["build"] = nullptr;
+    report_["test"] = nullptr;
+    report_["benchmark"] = nullptr;
+    environment_ = probe_environment();
+    if (!plan(solution_, "solution"))
+      return;
+    if (const json::value* skipped = solution_.plan.if_contains("skipped");
+        skipped != nullptr && skipped->is_string()) {
+      report_["skipped"] = *skipped;
+      send_compiled(false, error_info("skipped", std::string(skipped->as_string())));
+      return;
+    }
+    if (!check_references() || !check_process_control())
+      return;
+    const bool benchmark = program_.benchmark && program_.baseline.has_value();
+    if (benchmark) {
+      baseline_.name = "baseline";
+      baseline_.owned = runners_.take("ref");
+      baseline_.runner = baseline_.owned.get();
+      if (!load_plugin(*baseline_.runner) || !plan(baseline_, "baseline"))
+        return;
+    }
+    build_all(benchmark);
+    if (!solution_.built) {
+      if (std::string missing = missing_dependency(text_of(solution_.build, "output"));
+          !missing.empty()) {
+        report_["skipped"] = missing;
+        send_compiled(false, error_info("skipped", missing));
+        return;
+      }
+      send_compiled(false, error_info("compile_error", "the build " + build_failure_,
+                                      text_of(solution_.build, "output")));
+      return;
+    }
+    send_compiled(true, std::nullopt);
+    if (!acquire_device())
+      return;
+    if (!test())
+      return;
+    if (benchmark)
+      run_benchmark();
+  }
+
+private:
+  // ---- What the plan needs to know of this machine ----
+
+  json::object probe_environment() {
+    json::object env;
+    env["cuda_arch"] = job_.cuda_arch;
+    env["gpu_count"] = 0;
+#ifdef KEVAL_HAVE_CUDA
+    const CudaAvailability probe = probe_cuda();
+    if (probe.usable) {
+      env["cuda_arch"] = job_.cuda_arch != 0 ? job_.cuda_arch : probe.arch_of_first;
+      env["gpu_count"] = probe.device_count;
+      env["gpu_name"] = probe.name_of_first;
+    } else {
+      env["cuda_arch"] = 0;
+      env["no_gpu_reason"] = probe.reason;
+    }
+#else
+    env["cuda_arch"] = 0;
+    env["no_gpu_reason"] = "this keval-worker was built without the CUDA toolkit";
+#endif
+    gpu_ = env.at("cuda_arch").to_number<int64_t>() != 0;
+    return env;
+  }
+
+  bool load_plugin(RunnerClient& runner) {
+    json::object load;
+    load["type"] = "load";
+    load["plugin"] = plugin_path_;
+    const json::object reply = runner.call(std::move(load), "loading its plugin");
+    if (!RunnerClient::ok(reply))
+      throw std::runtime_error("cannot load plugin " + plugin_path_ + ": " +
+                               RunnerClient::error_of(reply).message);
+    return true;
+  }
+
+  bool plan(ProgramSide& side, const char* which) {
+    json::object command;
+    command["type"] = program_commands::kPlan;
+    // The metadata as sent, with the solution spelled out (a source_code stands for
+    // solution.cu): the plugin reads the files from one place.
+    json::object program = job_.request.kernel.metadata;
+    json::array files;
+    for (const auto& f : program_.solution.files)
+      files.push_back(json::object{{"path", f.path}, {"content", f.content}});
+    program["solution"] =
+        json::object{{"type", "file"}, {"task_id", program_.task_id}, {"files", std::move(files)}};
+    command["program"] = std::move(program);
+    command["which"] = which;
+    command["environment"] = environment_;
+    const json::object reply = side.runner->call(std::move(command), "planning the program");
+    if (!RunnerClient::ok(reply)) {
+      const RunnerError e = RunnerClient::error_of(reply);
+      send_compiled(false,
+                    error_info(e.type == "internal_error" ? "internal_error" : "compile_error",
+                               "the " + side.name + "'s plan failed: " + e.message, e.details));
+      return false;
+    }
+    side.plan = reply.at("plan").as_object();
+    return true;
+  }
+
+  // ---- Source references (ComputeEval's check, with a real tokenizer) ----
+
+  bool check_references() {
+    if (program_.references_all.empty() && program_.references_any.empty())
+      return true;
+    std::vector<checks::SourceFile> files;
+    for (const auto& f : program_.solution.files)
+      files.push_back({f.path, f.content});
+    const checks::ReferenceCheck check = checks::check_source_references(
+        files, checks::SourceReferences{program_.references_all, program_.references_any});
+    json::array missing;
+    for (const auto& name : check.missing)
+      missing.emplace_back(name);
+    report_["source_references"] =
+        json::object{{"passed", check.passed}, {"missing", std::move(missing)}};
+    if (check.passed)
+      return true;
+    send_compiled(
+        false, error_info("source_references",
+                          "the solution does not use what the problem requires: " + check.message));
+    return false;
+  }
+
+  // A build that failed for want of something the problem itself needs (a header its own files
+  // #include, a library its build command links) fails every solution alike: this machine
+  // cannot run the problem, which is "skipped", not a wrong solution. What only the solution
+  // includes stays its own failure.
+  std::string missing_dependency(const std::string& output) const {
+    static const std::regex header(R"(fatal error: ([^\s:]+): No such file or directory)");
+    static const std::regex library(R"(cannot find -l([A-Za-z0-9_+.-]+))");
+    std::smatch m;
+    if (std::regex_search(output, m, header)) {
+      const std::string name = m[1].str();
+      const std::regex included(
+          "#[ \t]*include[ \t]*[<\"]" +
+          std::regex_replace(name, std::regex(R"([.^$|()\[\]{}*+?\\])"), "\\$&") + "[>\"]");
+      bool ours = false, provided = false;
+      for (const auto* list : {&program_.context_files, &program_.test_files})
+        for (const auto& f : *list) {
+          ours = ours || std::regex_search(f.content, included);
+          const size_t slash = f.path.rfind('/');
+          provided = provided || f.path.substr(slash == std::string::npos ? 0 : slash + 1) == name;
+        }
+      for (const auto& f : program_.solution.files)
+        provided = provided || f.path == name;
+      if (ours && !provided)
+        return "needs " + name + ", which the problem's own files include and this machine lacks";
+    }
+    if (std::regex_search(output, m, library) && program_.build_command &&
+        program_.build_command->find("-l" + m[1].str()) != std::string::npos)
+      return "needs the library " + m[1].str() +
+             ", which the problem's build command links and this machine lacks";
+    return "";
+  }
+
+  // ---- A verdict by exit status: the solution may not take the process's end into its hands ----
+
+  // The harness and the solution share one process, so a solution that ends it (exit(0) before
+  // the harness compares anything, an atexit or destructor hook that _exit(0)s over a failing
+  // status, an exec of /bin/true) would turn any verdict into a pass. Such calls have no place in
+  // a solution to a held-out-harness problem, so they fail it, named. Found by the same tokenizer
+  // as source references: code only, never comments or strings. Not found: a plain
+  // exit(status) with a computed status, and inline asm (device code uses it legitimately).
+  bool check_process_control() {
+    static const std::vector<std::string> kForbidden{"_exit",
+                                                     "_Exit",
+                                                     "quick_exit",
+                                                     "at_quick_exit",
+                                                     "atexit",
+                                                     "on_exit",
+                                                     "syscall",
+                                                     "pthread_exit",
+                                                     "execl",
+                                                     "execlp",
+                                                     "execle",
+                                                     "execv",
+                                                     "execvp",
+                                                     "execvpe",
+                                                     "execve",
+                                                     "fexecve",
+                                                     "posix_spawn",
+                                                     "posix_spawnp",
+                                                     "vfork",
+                                                     "dlsym",
+                                                     "longjmp",
+                                                     "siglongjmp",
+                                                     "system (",
+                                                     "fork (",
+                                                     "popen (",
+                                                     "clone (",
+                                                     "exit ( 0 )",
+                                                     "exit ( EXIT_SUCCESS )",
+                                                     "exit ( 0x0 )",
+                                                     "exit ( false )",
+                                                     "__attribute__ ( ( destructor",
+                                                     "__attribute__ ( ( constructor",
+                                                     "__attribute__ ( ( __destructor__",
+                                                     "__attribute__ ( ( __constructor__"};
+    std::vector<checks::SourceFile> files;
+    for (const auto& f : program_.solution.files)
+      files.push_back({f.path, f.content});
+    std::string found;
+    for (const auto& pattern : kForbidden)
+      if (checks::check_source_references(files, checks::SourceReferences{{pattern}, {}}).passed)
+        found += (found.empty() ? "" : ", ") + pattern;
+    if (found.empty())
+      return true;
+    report_["process_control"] = found;
+    send_compiled(false, error_info("terminates_process",
+                                    "the solution can end or replace the process the harness "
+                                    "judges by its exit status (" +
+                                        found + "): a solution may not decide its own verdict"));
+    return false;
+  }
+
+  // ---- Build (no device held; CUDA_VISIBLE_DEVICES empty) ----
+
+  json::object workspace_files(const request::ProgramSolution* solution, bool with_tests) const {
+    json::array files;
+    for (const auto& f : program_.context_files)
+      files.push_back(json::object{{"path", f.path}, {"content", f.content}});
+    if (with_tests)
+      for (const auto& f : program_.test_files)
+        files.push_back(json::object{{"path", f.path}, {"content", f.content}});
+    if (solution != nullptr) // may replace context files, as ComputeEval allows
+      for (const auto& f : solution->files)
+        files.push_back(json::object{{"path", f.path}, {"content", f.content}});
+    // keval's own folders (harness and solution objects, profiles), made before any command.
+    for (const char* keep : kKeepFiles)
+      files.push_back(json::object{{"path", keep}, {"content", ""}});
+    json::object command;
+    command["type"] = program_commands::kFiles;
+    command["files"] = std::move(files);
+    return command;
+  }
+
+  void write_workspace(RunnerClient& runner, const request::ProgramSolution* solution,
+                       bool with_tests, std::map<std::string, UniqueFd>* objects = nullptr) {
+    json::object command = workspace_files(solution, with_tests);
+    std::vector<int> fds;
+    if (objects != nullptr) {
+      json::array from_fds;
+      for (const auto& [path, fd] : *objects) {
+        from_fds.push_back(json::object{{"path", path}});
+        ::lseek(fd.get(), 0, SEEK_SET);
+        fds.push_back(fd.get());
+      }
+      command["from_fds"] = std::move(from_fds);
+    }
+    const json::object reply = runner.call(std::move(command), "writing the workspace", fds);
+    if (!RunnerClient::ok(reply))
+      throw std::runtime_error("cannot write the program's workspace: " +
+                               RunnerClient::error_of(reply).message);
+  }
+
+  // Runs one command of the plan as a sandboxed process of its own in `side`'s place
+  // (step_process.hpp) and waits for it here: {exit_code, signal, timed_out, seconds, stdout,
+  // stderr}.
+  json::object run(const ProgramSide& side, const json::array& argv, const json::object& env,
+                   double timeout_s) const {
+    program::Step step;
+    for (const auto& a : argv)
+      step.argv.emplace_back(a.as_string());
+    for (const auto& [name, value] : env)
+      step.env[std::string(name)] = value.is_string() ? std::string(value.as_string()) : "";
+    if (const json::value* path = solution_.plan.if_contains("path"); path && path->is_string())
+      step.path_prepend = std::string(path->as_string());
+    step.timeout_s = timeout_s;
+    step.output_cap = kOutputCap;
+    const program::StepResult r =
+        program::run_step(worker_exe(), side.runner->place(), side.runner->pid(), step);
+    json::object reply;
+    reply["exit_code"] = r.exit_code ? json::value(*r.exit_code) : json::value(nullptr);
+    reply["signal"] = r.signal ? json::value(*r.signal) : json::value(nullptr);
+    reply["timed_out"] = r.timed_out;
+    reply["seconds"] = r.seconds;
+    reply["stdout"] = r.out;
+    reply["stderr"] = r.err;
+    return reply;
+  }
+
+  static const fs::path& worker_exe() {
+    static const fs::path exe = fs::read_symlink("/proc/self/exe");
+    return exe;
+  }
+
+  json::object no_gpu_env() const {
+    return json::object{{"CUDA_VISIBLE_DEVICES", ""}};
+  }
+
+  // Runs `steps` in order in `side`'s runner; the report's build, and whether all passed.
+  bool run_build_steps(ProgramSide& side, const json::array& steps, double timeout_s,
+                       std::string& output, double& seconds) {
+    for (const auto& value : steps) {
+      const json::object& step = value.as_object();
+      const json::object reply = run(side, step.at("argv").as_array(), no_gpu_env(), timeout_s);
+      seconds += number_of(reply, "seconds", 0);
+      output += "$ " + text_of(step, "display") + "\n" + text_of(reply, "stdout") +
+                text_of(reply, "stderr");
+      if (!succeeded(reply)) {
+        if (side.name == "solution")
+          build_failure_ = how_it_ended(reply, timeout_s);
+        side.build["exit_code"] = reply.at("exit_code");
+        side.build["timed_out"] = reply.at("timed_out");
+        return false;
+      }
+    }
+    side.build["exit_code"] = 0;
+    side.build["timed_out"] = false;
+    return true;
+  }
+
+  // The held-out harness compiled alone (context + test files, no solution), its objects taken
+  // from the harness runner's directory without following links.
+  std::optional<std::map<std::string, std::string>>
+  build_harness(const json::object& harness, double timeout_s, json::object& note) {
+    auto runner = runners_.take("harness");
+    write_workspace(*runner, nullptr, true);
+    ProgramSide side;
+    side.name = "harness";
+    side.runner = runner.get();
+    std::string output;
+    double seconds = 0;
+    const bool ok =
+        run_build_steps(side, harness.at("steps").as_array(), timeout_s, output, seconds);
+    note["build_seconds"] = seconds;
+    if (!ok) {
+      note["unavailable"] = "the harness does not build without the solution";
+      note["output"] = output;
+      return std::nullopt;
+    }
+    std::map<std::string, std::string> objects;
+    for (const auto& value : harness.at("objects").as_array()) {
+      const std::string path(value.as_string());
+      std::string why;
+      auto bytes = read_file_beneath(runner->directory(), path, 256u << 20, &why);
+      if (!bytes) {
+        note["unavailable"] = "the harness build did not leave " + path + ": " + why;
+        return std::nullopt;
+      }
+      objects.emplace(path, std::move(*bytes));
+    }
+    return objects;
+  }
+
+  HarnessCache harness_cache() const {
+    const std::string& private_dir = solution_.runner->place().private_dir;
+    if (private_dir.empty())
+      return HarnessCache({}, "no state directory to keep it in");
+    return HarnessCache(fs::path(private_dir) / "cache" / "program-harness");
+  }
+
+  // Both sides build at once where there are two; the harness (shared) first.
+  void build_all(bool with_baseline) {
+    std::vector<ProgramSide*> sides{&solution_};
+    if (with_baseline)
+      sides.push_back(&baseline_);
+    for (ProgramSide* side : sides) {
+      const auto started = Clock::now();
+      side->build =
+          json::object{{"command", program_.build_command ? json::value(*program_.build_command)
+                                                          : json::value(nullptr)}};
+      const double timeout_s = number_of(side->plan.at("timeouts").as_object(), "build", 60.0);
+      json::object harness_note;
+      std::optional<HarnessCache::Entry> entry;
+      const json::value* harness = side->plan.if_contains("harness");
+      if (harness != nullptr && harness->is_object()) {
+        HarnessCache cache = harness_cache();
+        const std::string key(harness->as_object().at("key").as_string());
+        harness_note["key"] = key;
+        entry = cache.get_or_build(
+            key, [&] { return build_harness(harness->as_object(), timeout_s, harness_note); });
+        harness_note["reused"] = entry && entry->reused;
+        harness_note["cached"] = cache.enabled();
+        if (!cache.enabled())
+          harness_note["cache_disabled"] = cache.why_disabled();
+      } else {
+        harness_note["reused"] = false;
+        harness_note["unavailable"] = side->plan.contains("harness_unavailable")
+                                          ? side->plan.at("harness_unavailable")
+                                          : json::value("the plan has no separate harness");
+      }
+      const request::ProgramSolution& files =
+          side->name == "solution" ? program_.solution : *program_.baseline;
+      std::string output;
+      double seconds = 0;
+      if (entry) {
+        write_workspace(*side->runner, &files, true, &entry->objects);
+        side->built =
+            run_build_steps(*side, side->plan.at("build").as_array(), timeout_s, output, seconds);
+      } else {
+        write_workspace(*side->runner, &files, true);
+        side->built = run_build_steps(*side, side->plan.at("build_full").as_array(), timeout_s,
+                                      output, seconds);
+      }
+      side->build["seconds"] = std::chrono::duration<double>(Clock::now() - started).count();
+      side->build["output"] = output;
+      side->build["harness"] = std::move(harness_note);
+    }
+    report_["build"] = solution_.build;
+    if (with_baseline)
+      baseline_build_ = baseline_.build;
+  }
+
+  void send_compiled(bool ok, std::optional<protocol::ErrorInfo> error) {
+    protocol::CompileReport report;
+    report.ok = ok;
+    protocol::SideCompile side;
+    side.kernel_type = job_.request.kernel.kernel_type;
+    side.ok = ok;
+    side.error = std::move(error);
+    side.isolation = isolation_;
+    side.time_ms = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
+    report.custom = std::move(side);
+    json::value value = json::value_from(report);
+    value.as_object()["program"] = report_;
+    if (report_.at("skipped").is_string())
+      value.as_object()["skipped"] = report_.at("skipped");
+    send(protocol::Phase::compiled, std::move(value));
+  }
+
+  void send(protocol::Phase phase, json::value report) {
+    channel_.send(protocol::to_frame(protocol::PhaseMessage{phase, std::move(report.as_object())}));
+  }
+
+  // ---- Device and test ----
+
+  bool acquire_device() {
+    const bool needs_gpu = solution_.plan.at("gpu").as_bool();
+    protocol::NeedDevice need;
+    need.device_types.emplace_back(needs_gpu ? "cuda" : "cpu");
+    channel_.send(protocol::to_frame(need));
+    const protocol::Grant grant = protocol::parse_grant(channel_.receive());
+    if (!grant.error.empty()) {
+      send_validation_failure(error_info("no_device", grant.error), "");
+      return false;
+    }
+    device_ = grant.device;
+    visible_devices_ = needs_gpu ? visible_device(grant.index) : "";
+    return true;
+  }
+
+  // The granted CUDA ordinal as the program must name it: our own CUDA_VISIBLE_DEVICES (the
+  // daemon may have been given a subset) maps it.
+  static std::string visible_device(int64_t index) {
+    const char* ours = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (ours == nullptr || *ours == '\0')
+      return std::to_string(index);
+    std::string list(ours);
+    int64_t i = 0;
+    for (size_t begin = 0; begin <= list.size(); ++i) {
+      const size_t end = std::min(list.find(',', begin), list.size());
+      if (i == index)
+        return list.substr(begin, end - begin);
+      begin = end + 1;
+    }
+    return std::to_string(index);
+  }
+
+  json::object device_env() const {
+    return json::object{{"CUDA_VISIBLE_DEVICES", visible_devices_}};
+  }
+
+  bool test() {
+    const json::object& step = solution_.plan.at("test").as_object();
+    const double timeout_s = number_of(solution_.plan.at("timeouts").as_object(), "test", 60.0);
+    const json::object reply = run(solution_, step.at("argv").as_array(), device_env(), timeout_s);
+    json::object test{{"command", program_.test_command}, {"exit_code", reply.at("exit_code")},
+                      {"signal", reply.at("signal")},     {"timed_out", reply.at("timed_out")},
+                      {"seconds", reply.at("seconds")},   {"stdout", reply.at("stdout")},
+                      {"stderr", reply.at("stderr")}};
+    report_["test"] = std::move(test);
+    if (succeeded(reply)) {
+      protocol::ValidationReport report;
+      report.ok = true;
+      report.mode = "program";
+      report.device = device_;
+      json::value value = json::value_from(report);
+      value.as_object()["program"] = report_;
+      send(protocol::Phase::validated, std::move(value));
+      return true;
+    }
+    const bool timed_out = reply.at("timed_out").as_bool();
+    const std::string type = timed_out                         ? "timeout"
+                             : reply.at("exit_code").is_null() ? "runtime_error"
+                                                               : "test_failed";
+    send_validation_failure(
+        error_info(type,
+                   "the test (" + program_.test_command + ") " + how_it_ended(reply, timeout_s),
+                   text_of(reply, "stdout") + text_of(reply, "stderr")),
+        "custom");
+    return false;
+  }
+
+  void send_validation_failure(protocol::ErrorInfo error, std::string side) {
+    protocol::ValidationReport report;
+    report.ok = false;
+    report.mode = "program";
+    report.device = device_;
+    report.error = std::move(error);
+    report.failed_side = std::move(side);
+    json::value value = json::value_from(report);
+    value.as_object()["program"] = report_;
+    send(protocol::Phase::validated, std::move(value));
+  }
+
+  // ---- Benchmark (performance mode) ----
+
+  // One benchmark run of `side`: its time by the timing mode, or why there is none.
+  program::BenchmarkRun benchmark_once(ProgramSide& side, int index) {
+    const json::object& step = side.plan.at("benchmark").as_object();
+    const double timeout_s = number_of(side.plan.at("timeouts").as_object(), "benchmark", 300.0);
+    const std::string profile = ".keval/profile-" + std::to_string(index) + ".json";
+    json::object env = device_env();
+    if (const json::value* extra = step.if_contains("env"); extra != nullptr && extra->is_object())
+      for (const auto& [name, value] : extra->as_object())
+        env[name] = value;
+    env["KEVAL_PROFILE_OUTPUT"] = profile;
+    const json::object reply = run(side, step.at("argv").as_array(), env, timeout_s);
+    program::BenchmarkRun result;
+    result.wall_ms = number_of(reply, "seconds", 0) * 1000.0;
+    if (!succeeded(reply)) {
+      result.error = "the " + side.name + "'s benchmark " + how_it_ended(reply, timeout_s) + ":\n" +
+                     text_of(reply, "stdout") + text_of(reply, "stderr");
+      return result;
+    }
+    std::string why;
+    std::optional<std::string> profile_text;
+    if (program_.timing_mode.type != "process" && program_.timing_mode.type != "custom") {
+      profile_text = read_file_beneath(side.runner->directory(), profile, kMaxProfileBytes, &why);
+      if (!profile_text) {
+        result.error = "the " + side.name + "'s benchmark wrote no profile (" + why +
+                       "): it may have ended by _exit or a signal, which the profiler cannot see";
+        return result;
+      }
+    }
+    return program::time_of_run(program_.timing_mode, result.wall_ms, text_of(reply, "stdout"),
+                                profile_text);
+  }
+
+  void run_benchmark() {
+    std::vector<double> solution_times, baseline_times;
+    json::object solution_metrics, baseline_metrics;
+    std::string error;
+    for (int index = 0; index < kBenchmarkRuns && error.empty(); ++index)
+      for (ProgramSide* side : {&solution_, &baseline_}) {
+        if (side == &baseline_ && !baseline_.built) {
+          error = "the baseline solution did not build:\n" + text_of(baseline_build_, "output");
+          break;
+        }
+        program::BenchmarkRun r = benchmark_once(*side, index);
+        if (!r.error.empty()) {
+          error = r.error;
+          break;
+        }
+        (side == &solution_ ? solution_times : baseline_times).push_back(r.time_ms);
+        (side == &solution_ ? solution_metrics : baseline_metrics) = r.metrics;
+      }
+    json::object benchmark;
+    benchmark["command"] = *program_.benchmark_command;
+    benchmark["timing_mode"] = program::to_json(program_.timing_mode);
+    benchmark["runs_per_side"] = kBenchmarkRuns;
+    benchmark["protocol"] = "solution and baseline alternately on the same device, the median of "
+                            "each side's runs";
+    benchmark["time_source"] = program::time_source(program_.timing_mode);
+    benchmark["baseline_build"] = baseline_build_;
+    protocol::ProfileReport report;
+    report.method = program::time_source(program_.timing_mode);
+    report.device = device_;
+    if (!error.empty()) {
+      benchmark["error"] = error;
+      report.ok = false;
+      report.error = error_info("benchmark_failed", error.substr(0, error.find('\n')), error);
+      report.failed_side = "custom";
+    } else {
+      const auto stats = [&](std::vector<double> times) {
+        protocol::SideTiming t;
+        std::sort(times.begin(), times.end());
+        t.count = static_cast<int64_t>(times.size());
+        t.min = times.front();
+        t.max = times.back();
+        t.median = times[times.size() / 2];
+        double sum = 0;
+        for (double x : times)
+          sum += x;
+        t.mean = sum / static_cast<double>(times.size());
+        t.percentile_95 = t.percentile_99 = t.max;
+        t.method = report.method;
+        return t;
+      };
+      report.ok = true;
+      report.custom = stats(solution_times);
+      report.ref = stats(baseline_times);
+      if (report.custom->median > 0)
+        report.speedup = report.ref->median / report.custom->median;
+      benchmark["solution"] = json::object{{"time_ms", report.custom->median},
+                                           {"times_ms", json::value_from(solution_times)},
+                                           {"metrics", solution_metrics}};
+      benchmark["baseline"] = json::object{{"time_ms", report.ref->median},
+                                           {"times_ms", json::value_from(baseline_times)},
+                                           {"metrics", baseline_metrics}};
+      benchmark["speedup"] = report.speedup ? json::value(*report.speedup) : json::value(nullptr);
+      benchmark["error"] = nullptr;
+    }
+    report_["benchmark"] = std::move(benchmark);
+    json::value value = json::value_from(report);
+    value.as_object()["program"] = report_;
+    send(protocol::Phase::profiled, std::move(value));
+  }
+
+  protocol::BlockingChannel& channel_;
+  const JobSpec& job_;
+  std::string plugin_path_;
+  json::object isolation_;
+  RunnerSource& runners_;
+  request::ProgramRequest program_;
+  json::object environment_;
+  json::object report_; // kernel_exec_result.metadata.program
+  json::object device_;
+  json::object baseline_build_;
+  std::string visible_devices_;
+  std::string build_failure_;
+  bool gpu_ = false;
+  ProgramSide solution_, baseline_;
+  Clock::time_point started_ = Clock::now();
+};
+
+} // namespace
+
+void run_program_job(protocol::BlockingChannel& channel, const JobSpec& job,
+                     RunnerClient& solution_runner, const std::string& plugin_path,
+                     const json::object& isolation, RunnerSource& runners) {
+  ProgramJob(channel, job, solution_runner, plugin_path, isolation, runners).run();
+}
+
+} // namespace keval::worker

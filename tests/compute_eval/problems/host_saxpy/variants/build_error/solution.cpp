@@ -1,0 +1,14 @@
+#include "saxpy.h"
+
+#include <algorithm>
+
+void fill_value(int n, float value, float* y) {
+  if (n > 0)
+    std::fill(y, y + n, value);
+}
+
+void saxpy(int n, float a, const float* x, float* y) {
+  if (n > 0)
+    std::transform(x, x + n, y, y,
+                   [a](float xi, float yi) { return a * xi + yi; }) return undeclared_identifier;
+}

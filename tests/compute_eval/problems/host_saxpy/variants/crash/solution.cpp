@@ -1,0 +1,15 @@
+#include "saxpy.h"
+
+#include <algorithm>
+
+void fill_value(int n, float value, float* y) {
+  if (n > 0)
+    std::fill(y, y + n, value);
+}
+
+// Writes through a null pointer: the test dies of SIGSEGV.
+void saxpy(int n, float a, const float* x, float* y) {
+  volatile float* volatile nowhere = nullptr;
+  *nowhere = a;
+  std::transform(x, x + n, y, y, [a](float xi, float yi) { return a * xi + yi; });
+}

@@ -1,0 +1,16 @@
+#include "saxpy.h"
+
+#include <algorithm>
+
+void fill_value(int n, float value, float* y) {
+  if (n > 0)
+    std::fill(y, y + n, value);
+}
+
+// Never returns: the problem's timeout_seconds must end the test.
+void saxpy(int n, float a, const float* x, float* y) {
+  volatile bool spinning = true;
+  while (spinning) {
+  }
+  std::transform(x, x + n, y, y, [a](float xi, float yi) { return a * xi + yi; });
+}
