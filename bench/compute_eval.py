@@ -14,6 +14,10 @@ waiting would only measure the timeout). Every verdict of keval is compared with
 and disagreements are printed. Prints one row per run and the ratios.
 
   python3 bench/compute_eval.py --keval-bin build/bin/keval --workers 4 --k 4
+
+On a ComputeEval release you have locally (its dataset is never part of keval):
+  python3 bench/compute_eval.py --problems-datapack 2026-1-problems.tar.gz \
+      [--solutions-datapack S.tar.gz]   # default: each problem's baseline solution, k times
 """
 from __future__ import annotations
 
@@ -34,7 +38,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 from keval._daemon import LocalDaemon  # noqa: E402
-from keval.compute_eval.datapack import write_problems, write_solutions  # noqa: E402
+from keval.compute_eval.datapack import (read_problems, read_solutions,  # noqa: E402
+                                        write_problems, write_solutions)
 from keval.compute_eval.pack import load_problem_dir, load_solution_dir  # noqa: E402
 
 PROBLEMS_DIR = os.path.join(ROOT, "tests", "compute_eval", "problems")
@@ -152,10 +157,24 @@ def main():
     parser.add_argument("--k", type=int, default=4, help="solutions per problem")
     parser.add_argument("--problems", nargs="+", default=sorted(os.listdir(PROBLEMS_DIR)))
     parser.add_argument("--daemon-arg", action="append", default=[])
+    parser.add_argument("--problems-datapack", metavar="P.tar.gz",
+                        help="a ComputeEval problems datapack instead of keval's own problems")
+    parser.add_argument("--solutions-datapack", metavar="S.tar.gz",
+                        help="its solutions (default: each problem's baseline, --k times)")
     args = parser.parse_args()
 
     gpus = gpu_count()
-    problems, solutions = select(args.problems, args.k, gpus > 0)
+    if args.problems_datapack:
+        problems = read_problems(args.problems_datapack).problems
+        if args.solutions_datapack:
+            solutions = read_solutions(args.solutions_datapack).solutions
+        else:
+            solutions = [p["baseline_solution"] for p in problems if p.get("baseline_solution")
+                         for _ in range(args.k)]
+        wanted = {s["task_id"] for s in solutions}
+        problems = [p for p in problems if p["task_id"] in wanted]
+    else:
+        problems, solutions = select(args.problems, args.k, gpus > 0)
     print(f"{len(problems)} problems, {len(solutions)} solutions ({args.k} per problem), "
           f"{gpus} GPU(s), {os.cpu_count()} cores")
     work = tempfile.mkdtemp(prefix="keval-bench-ce-")

@@ -24,6 +24,7 @@ SandboxPolicy sample() {
   p.cgroup_skipped = "";
   p.runner_dir = "/state/work/runner-1-0";
   p.cgroup = "/sys/fs/cgroup/keval/runner-1-0";
+  p.uid_of_pid = 4242;
   return p;
 }
 
@@ -37,6 +38,7 @@ TEST(SandboxPolicy, RoundTripsThroughItsJson) {
   EXPECT_EQ(back.max_processes, 77u);
   EXPECT_EQ(back.max_file_bytes, 1ull << 20);
   EXPECT_EQ(back.max_open_files, 99u);
+  EXPECT_EQ(back.uid_of_pid, 4242u); // a program step takes its runner's uid
   EXPECT_EQ(back.work_root, "/state/work");
   EXPECT_EQ(back.private_dir, "/state");
   EXPECT_EQ(back.shared_writable, (std::vector<std::string>{"/var/cache/keval", "/other"}));
