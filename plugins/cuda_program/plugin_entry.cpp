@@ -4,10 +4,8 @@
 // here (plan/plan.hpp). The tensor-kernel entries are never called for a program type and say so.
 #include "plan/plan.hpp"
 
-#include <keval/plugin.h>
+#include <keval/plugin.hpp>
 
-#include <cstring>
-#include <exception>
 #include <filesystem>
 #include <string>
 
@@ -17,25 +15,9 @@
 
 namespace {
 
-struct OwnedError {
-  keval_error c{};
-  std::string message, details;
-};
-
-keval_error* make_error(keval_error_code code, std::string message, std::string details = {}) {
-  auto* e = new OwnedError;
-  e->message = std::move(message);
-  e->details = std::move(details);
-  e->c.struct_size = sizeof(keval_error);
-  e->c.code = code;
-  e->c.message = e->message.c_str();
-  e->c.details = e->details.empty() ? nullptr : e->details.c_str();
-  return &e->c;
-}
-
-void error_destroy(keval_error* error) {
-  delete reinterpret_cast<OwnedError*>(error); // c is OwnedError's first member
-}
+// Errors as the SDK's C++ layer makes and releases them (keval/plugin.hpp).
+using keval::sdk::detail::destroy_error;
+using keval::sdk::detail::make_error;
 
 const keval_manifest* manifest() {
   static const keval_manifest m{
@@ -48,7 +30,8 @@ const keval_manifest* manifest() {
 keval_error* not_a_kernel() {
   return make_error(KEVAL_ERROR_UNSUPPORTED,
                     "cuda_program is a whole-program type: its requests are planned by "
-                    "plan_program and run by the core, never compiled as a kernel");
+                    "plan_program and run by the core, never compiled as a kernel",
+                    {});
 }
 
 keval_error* compile(const keval_compile_args*, keval_compile_result*) {
@@ -75,21 +58,23 @@ std::string profiler_path() {
 
 keval_error* plan_program(const keval_program_args* args, const char** plan_json) {
   thread_local std::string plan;
-  try {
+  return keval::sdk::detail::guarded(KEVAL_ERROR_INVALID_REQUEST, [&] {
     if (args == nullptr || args->program_json == nullptr || args->which == nullptr ||
         args->environment_json == nullptr)
-      return make_error(KEVAL_ERROR_INVALID_REQUEST, "plan_program: missing arguments");
-    const boost::json::object program = boost::json::parse(args->program_json).as_object();
-    const boost::json::object environment = boost::json::parse(args->environment_json).as_object();
+      throw keval::sdk::Error(KEVAL_ERROR_INVALID_REQUEST, "plan_program: missing arguments");
     static const keval::cuda_program::Toolchain toolchain = keval::cuda_program::find_toolchain();
-    plan = boost::json::serialize(keval::cuda_program::make_plan(program, args->which, environment,
-                                                                 toolchain, profiler_path()));
+    try {
+      const boost::json::object program = boost::json::parse(args->program_json).as_object();
+      const boost::json::object environment =
+          boost::json::parse(args->environment_json).as_object();
+      plan = boost::json::serialize(keval::cuda_program::make_plan(
+          program, args->which, environment, toolchain, profiler_path()));
+    } catch (const std::exception& e) {
+      throw keval::sdk::Error(KEVAL_ERROR_INVALID_REQUEST,
+                              std::string("cannot plan the program: ") + e.what());
+    }
     *plan_json = plan.c_str();
-    return nullptr;
-  } catch (const std::exception& e) {
-    return make_error(KEVAL_ERROR_INVALID_REQUEST,
-                      std::string("cannot plan the program: ") + e.what());
-  }
+  });
 }
 
 const keval_plugin_api* table() {
@@ -98,7 +83,7 @@ const keval_plugin_api* table() {
     t.struct_size = sizeof t;
     t.api_major = KEVAL_PLUGIN_API_MAJOR;
     t.api_minor = KEVAL_PLUGIN_API_MINOR_PROGRAM;
-    t.error_destroy = &error_destroy;
+    t.error_destroy = &destroy_error;
     t.manifest = &manifest;
     t.compile = &compile;
     t.bind_device = &bind_device;

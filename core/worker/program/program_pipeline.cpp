@@ -128,7 +128,8 @@ public:
       baseline_.name = "baseline";
       baseline_.owned = runners_.take("ref");
       baseline_.runner = baseline_.owned.get();
-      if (!load_plugin(*baseline_.runner) || !plan(baseline_, "baseline"))
+      load_plugin(*baseline_.runner);
+      if (!plan(baseline_, "baseline"))
         return;
     }
     build_all(benchmark);
@@ -159,6 +160,13 @@ private:
     json::object env;
     env["cuda_arch"] = job_.cuda_arch;
     env["gpu_count"] = 0;
+    // A problem that runs without a GPU (compute_capability null) is planned without one: no
+    // driver initialisation (a fraction of a second, serialised across the machine) on its path.
+    if (!program_.compute_capability) {
+      env["cuda_arch"] = 0;
+      env["no_gpu_reason"] = "the problem runs without a GPU (compute_capability null)";
+      return env;
+    }
 #ifdef KEVAL_HAVE_CUDA
     const CudaAvailability probe = probe_cuda();
     if (probe.usable) {
@@ -173,11 +181,10 @@ private:
     env["cuda_arch"] = 0;
     env["no_gpu_reason"] = "this keval-worker was built without the CUDA toolkit";
 #endif
-    gpu_ = env.at("cuda_arch").to_number<int64_t>() != 0;
     return env;
   }
 
-  bool load_plugin(RunnerClient& runner) {
+  void load_plugin(RunnerClient& runner) {
     json::object load;
     load["type"] = "load";
     load["plugin"] = plugin_path_;
@@ -185,7 +192,6 @@ private:
     if (!RunnerClient::ok(reply))
       throw std::runtime_error("cannot load plugin " + plugin_path_ + ": " +
                                RunnerClient::error_of(reply).message);
-    return true;
   }
 
   bool plan(ProgramSide& side, const char* which) {
@@ -216,14 +222,19 @@ private:
 
   // ---- Source references (ComputeEval's check, with a real tokenizer) ----
 
-  bool check_references() {
-    if (program_.references_all.empty() && program_.references_any.empty())
-      return true;
+  std::vector<checks::SourceFile> solution_sources() const {
     std::vector<checks::SourceFile> files;
     for (const auto& f : program_.solution.files)
       files.push_back({f.path, f.content});
+    return files;
+  }
+
+  bool check_references() {
+    if (program_.references_all.empty() && program_.references_any.empty())
+      return true;
     const checks::ReferenceCheck check = checks::check_source_references(
-        files, checks::SourceReferences{program_.references_all, program_.references_any});
+        solution_sources(),
+        checks::SourceReferences{program_.references_all, program_.references_any});
     json::array missing;
     for (const auto& name : check.missing)
       missing.emplace_back(name);
@@ -312,12 +323,12 @@ private:
                                                      "__attribute__ ( ( constructor",
                                                      "__attribute__ ( ( __destructor__",
                                                      "__attribute__ ( ( __constructor__"};
-    std::vector<checks::SourceFile> files;
-    for (const auto& f : program_.solution.files)
-      files.push_back({f.path, f.content});
+    // One pass over the files for all of them: what is not missing was found.
+    const checks::ReferenceCheck check = checks::check_source_references(
+        solution_sources(), checks::SourceReferences{kForbidden, {}});
     std::string found;
     for (const auto& pattern : kForbidden)
-      if (checks::check_source_references(files, checks::SourceReferences{{pattern}, {}}).passed)
+      if (std::find(check.missing.begin(), check.missing.end(), pattern) == check.missing.end())
         found += (found.empty() ? "" : ", ") + pattern;
     if (found.empty())
       return true;
@@ -736,7 +747,6 @@ private:
   json::object baseline_build_;
   std::string visible_devices_;
   std::string build_failure_;
-  bool gpu_ = false;
   ProgramSide solution_, baseline_;
   Clock::time_point started_ = Clock::now();
 };

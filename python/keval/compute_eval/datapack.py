@@ -61,10 +61,9 @@ class DatapackError(ValueError):
 
 
 @dataclass
-class ProblemDatapack:
+class _Datapack:
     path: str
     metadata: Dict[str, Any]
-    problems: List[Dict[str, Any]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -76,18 +75,13 @@ class ProblemDatapack:
 
 
 @dataclass
-class SolutionDatapack:
-    path: str
-    metadata: Dict[str, Any]
+class ProblemDatapack(_Datapack):
+    problems: List[Dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class SolutionDatapack(_Datapack):
     solutions: List[Dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return datapack_name(self.path)
-
-    @property
-    def release(self) -> Any:
-        return self.metadata.get("release")
 
     @property
     def groups(self) -> Optional[List[str]]:
