@@ -51,6 +51,9 @@ commands:
   evaluate REQUEST.json|-   evaluate one kernel (body of the V2 contract's POST /evaluate)
   compare REQUEST.json|-    compare a custom kernel with a reference (POST /compare)
   plugins [--json]          list kernel-type plugins, their capabilities and load errors
+  check evaluate|compare REQUEST.json|-
+                            parse and check a request as the daemon would, running nothing:
+                            prints {"valid": true, ...} (exit 0) or the 400 body (exit 2)
   conformance PLUGIN.so [--request REQUEST.json] [--json]
                             check a plugin against the SDK: its table and manifest, versioning,
                             compile errors reported as such, structs of a newer host, and the
@@ -58,6 +61,13 @@ commands:
   compute-eval evaluate|pack-problems|pack-solutions ...
                             ComputeEval datapacks through the daemon: pass@k, graded solutions
                             in ComputeEval's format (docs/cuda_program.md; keval compute-eval -h)
+  kernelbench run --kernelbench PATH --level N [--problems 1-100] (--generations DIR|--baseline)
+                            a KernelBench level through the daemon: eval results in KernelBench's
+                            shape plus keval's fields, resumable (keval kernelbench run -h)
+  report RESULTS.json... [-o report.html]
+                            one self-contained HTML page: fast_p, speedups, failures, per problem
+  mcp [--transport stdio|streamable-http]
+                            an MCP server for agents, against a daemon (keval mcp -h)
   serve                     run the daemon: the V2 contract's HTTP/JSON API (POST /evaluate, /compare,
                             GET /jobs/ID, /health, /stats, /metrics, ...) on a Unix socket
   version                   print the version
@@ -252,6 +262,37 @@ int cmd_run(keval::request::EvalRequest::Mode mode, const std::string& source,
   return keval::result::exit_code(response.verdict);
 }
 
+// `keval check evaluate|compare REQUEST`: the daemon's own parsing and registry checks, nothing
+// run. A request builder (python/keval/iocontract) or a client can see whether keval accepts a
+// request, and why not, without a daemon or a device.
+int cmd_check(const std::string& mode_name, const std::string& source) {
+  const auto mode = mode_name == "compare" ? keval::request::EvalRequest::Mode::compare
+                                           : keval::request::EvalRequest::Mode::evaluate;
+  keval::request::EvalRequest request;
+  try {
+    request = keval::request::parse_request_text(read_input(source), mode);
+    keval::job::check_against_registry(request, discover_plugins());
+  } catch (const keval::request::RequestError& e) {
+    print(keval::result::bad_request_body(e.path(), e.message()));
+    return kExitUsage;
+  }
+  json::object out;
+  out["valid"] = true;
+  out["mode"] = mode_name;
+  json::object kernel_types;
+  kernel_types[mode == keval::request::EvalRequest::Mode::compare ? "custom_kernel" : "kernel"] =
+      request.kernel.kernel_type;
+  if (request.ref)
+    kernel_types["ref_kernel"] = request.ref->kernel_type;
+  out["kernel_types"] = std::move(kernel_types);
+  json::array warnings;
+  for (const auto& warning : request.warnings)
+    warnings.emplace_back(warning);
+  out["warnings"] = std::move(warnings);
+  print(out);
+  return 0;
+}
+
 int cmd_serve(keval::daemon::ServeOptions options) {
   options.worker_exe = worker_exe();
   options.plugin_dirs = keval::registry::default_search_path(self_dir());
@@ -272,14 +313,26 @@ int cmd_serve(keval::daemon::ServeOptions options) {
 
 } // namespace
 
-// `keval compute-eval ...`: the datapack runner, a client of the daemon written in Python
-// (python/keval/compute_eval, stdlib only), installed beside the plugins. It gets this keval as
-// KEVAL_BIN, to start a daemon of its own when it is given none.
-int cmd_compute_eval(int argc, char** argv) {
+// The commands written in Python (python/keval, installed beside the plugins): each is a client
+// of the daemon, run as `python3 -m keval.<module>` with this keval as KEVAL_BIN, so that it can
+// start a daemon of its own when it is given none. The interpreter is KEVAL_CLIENT_PYTHON, else
+// python3 (the client needs only the standard library; `mcp` and `report` need their extras).
+struct PythonCommand {
+  const char* name;   // keval <name> ...
+  const char* module; // python3 -m <module>
+};
+constexpr PythonCommand kPythonCommands[] = {
+    {"compute-eval", "keval.compute_eval"},
+    {"kernelbench", "keval.kernelbench"},
+    {"report", "keval.report"},
+    {"mcp", "keval.mcp"},
+};
+
+int cmd_python(const PythonCommand& command, int argc, char** argv) {
   const fs::path package_root = self_dir() / ".." / "lib" / "keval" / "python";
-  if (!fs::exists(package_root / "keval" / "compute_eval")) {
-    std::cerr << "keval compute-eval: the Python package is not installed at " << package_root
-              << " (build keval with its python/ folder)\n";
+  if (!fs::exists(package_root / "keval" / "__init__.py")) {
+    std::cerr << "keval " << command.name << ": the Python package is not installed at "
+              << package_root << " (build keval with its python/ folder)\n";
     return kExitInfrastructure;
   }
   std::string pythonpath = package_root.lexically_normal().string();
@@ -289,7 +342,7 @@ int cmd_compute_eval(int argc, char** argv) {
   ::setenv("KEVAL_BIN", (self_dir() / "keval").c_str(), 1);
   const char* python = std::getenv("KEVAL_CLIENT_PYTHON");
   const std::string interpreter = python != nullptr && *python != '\0' ? python : "python3";
-  std::vector<std::string> words{interpreter, "-m", "keval.compute_eval"};
+  std::vector<std::string> words{interpreter, "-m", command.module};
   for (int i = 2; i < argc; ++i)
     words.emplace_back(argv[i]);
   std::vector<char*> exec_argv;
@@ -297,14 +350,15 @@ int cmd_compute_eval(int argc, char** argv) {
     exec_argv.push_back(w.data());
   exec_argv.push_back(nullptr);
   ::execvp(exec_argv[0], exec_argv.data());
-  std::cerr << "keval compute-eval: cannot run " << interpreter << ": " << std::strerror(errno)
-            << " (set KEVAL_CLIENT_PYTHON to a Python 3.9+ interpreter)\n";
+  std::cerr << "keval " << command.name << ": cannot run " << interpreter << ": "
+            << std::strerror(errno) << " (set KEVAL_CLIENT_PYTHON to a Python 3.9+ interpreter)\n";
   return kExitInfrastructure;
 }
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && std::strcmp(argv[1], "compute-eval") == 0)
-    return cmd_compute_eval(argc, argv);
+  for (const auto& command : kPythonCommands)
+    if (argc >= 2 && std::strcmp(argv[1], command.name) == 0)
+      return cmd_python(command, argc, argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string level = "info";
   std::optional<fs::path> state_dir;
@@ -453,6 +507,9 @@ int main(int argc, char** argv) {
                                           : keval::request::EvalRequest::Mode::evaluate,
                      positional[1], state_dir.value_or(default_state_dir()), keep_record,
                      serve_options.sandbox);
+    if (command == "check" && positional.size() == 3 &&
+        (positional[1] == "evaluate" || positional[1] == "compare"))
+      return cmd_check(positional[1], positional[2]);
     if (command == "serve" && positional.size() == 1) {
       // Its own directory by default: the daemon expires records and clears work directories,
       // which must not touch what a concurrent `keval evaluate` keeps there.
