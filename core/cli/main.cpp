@@ -7,7 +7,11 @@
 //   keval serve [options]            the daemon: the V2 contract's HTTP API on a Unix socket
 //   keval version
 //
-// The result JSON goes to stdout; logs and progress go to stderr.
+//   keval check evaluate|compare REQUEST   parse and check a request, run nothing
+//   keval compute-eval|kernelbench|report|mcp ...   the Python tools (python/keval)
+//
+// The result JSON goes to stdout (a short summary instead when stdout is a terminal, unless
+// --json); logs and progress go to stderr.
 // Exit codes: 0 evaluated and correct, 1 the kernel failed (compile, correctness, crash),
 // 2 bad request or usage, 3 infrastructure failure (timeout, worker failure, no device).
 #include "cli/conformance.hpp"
@@ -19,6 +23,7 @@
 #include "registry/registry.hpp"
 #include "request/parse.hpp"
 #include "result/response.hpp"
+#include "result/summary.hpp"
 #include "supervisor/orphan_reaper.hpp"
 
 #include <cerrno>
@@ -73,6 +78,9 @@ commands:
   version                   print the version
 
 options (evaluate, compare):
+  --json                    print the response JSON even on a terminal (it is printed whenever
+                            stdout is not one; on a terminal a summary is printed and the whole
+                            response kept in DIR/results/<job_id>.json)
   --state-dir DIR           where job records and work directories live
                             (default: $KEVAL_STATE_DIR, else $TMPDIR/keval-<uid>)
   --keep-record             keep the job record (DIR/jobs/<id>.json) after printing the result
@@ -171,6 +179,37 @@ void print(const json::object& body) {
   std::cout << json::serialize(body) << std::endl;
 }
 
+// What `keval evaluate|compare` prints: the response JSON for scripts (stdout not a terminal, or
+// --json), a short summary for a person on a terminal, with the whole response kept in
+// STATE/results/<job_id>.json so nothing of it is lost.
+void print_result(const json::object& body, bool as_json, const fs::path& state_dir) {
+  if (as_json || ::isatty(STDOUT_FILENO) == 0) {
+    print(body);
+    return;
+  }
+  keval::result::SummaryOptions options;
+  const char* no_color = std::getenv("NO_COLOR");
+  const char* term = std::getenv("TERM");
+  options.color = (no_color == nullptr || *no_color == '\0') &&
+                  (term == nullptr || std::strcmp(term, "dumb") != 0);
+  if (const json::value* id = body.if_contains("job_id"); id != nullptr && id->is_string()) {
+    const fs::path dir = state_dir / "results";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    fs::permissions(dir, fs::perms::owner_all, ec);
+    const fs::path path = dir / (std::string(id->get_string()) + ".json");
+    std::ofstream file(path, std::ios::binary | std::ios::trunc);
+    file << json::serialize(body) << "\n";
+    if (file.flush())
+      options.full_result_path = path.string();
+    else
+      spdlog::warn("could not write the full result to {}: it follows as JSON", path.string());
+    if (options.full_result_path.empty())
+      print(body);
+  }
+  std::cout << keval::result::summarize(body, options) << std::flush;
+}
+
 int cmd_plugins(bool as_json) {
   const auto registry = discover_plugins();
   if (as_json) {
@@ -207,7 +246,7 @@ int cmd_plugins(bool as_json) {
 }
 
 int cmd_run(keval::request::EvalRequest::Mode mode, const std::string& source,
-            const fs::path& state_dir, bool keep_record,
+            const fs::path& state_dir, bool keep_record, bool as_json,
             const keval::supervisor::SandboxOptions& sandbox) {
   using keval::result::Verdict;
   keval::request::EvalRequest request;
@@ -217,7 +256,7 @@ int cmd_run(keval::request::EvalRequest::Mode mode, const std::string& source,
     keval::job::check_against_registry(request, registry);
   } catch (const keval::request::RequestError& e) {
     spdlog::error("bad request: {}", e.what());
-    print(keval::result::bad_request_body(e.path(), e.message()));
+    print_result(keval::result::bad_request_body(e.path(), e.message()), as_json, state_dir);
     return keval::result::exit_code(Verdict::bad_request);
   }
   for (const auto& warning : request.warnings)
@@ -258,7 +297,7 @@ int cmd_run(keval::request::EvalRequest::Mode mode, const std::string& source,
   else
     store.remove(job_id);
   spdlog::info("job {}: {}", job_id, keval::result::verdict_name(response.verdict));
-  print(response.body);
+  print_result(response.body, as_json, state_dir);
   return keval::result::exit_code(response.verdict);
 }
 
@@ -505,7 +544,7 @@ int main(int argc, char** argv) {
     if ((command == "evaluate" || command == "compare") && positional.size() == 2)
       return cmd_run(command == "compare" ? keval::request::EvalRequest::Mode::compare
                                           : keval::request::EvalRequest::Mode::evaluate,
-                     positional[1], state_dir.value_or(default_state_dir()), keep_record,
+                     positional[1], state_dir.value_or(default_state_dir()), keep_record, as_json,
                      serve_options.sandbox);
     if (command == "check" && positional.size() == 3 &&
         (positional[1] == "evaluate" || positional[1] == "compare"))

@@ -1,0 +1,118 @@
+// The summary `keval evaluate|compare` prints on a terminal (result/summary.hpp): what a person
+// needs to act on, from every shape of response, and nothing that breaks on a missing field.
+#include "result/summary.hpp"
+
+#include <string>
+
+#include <boost/json/parse.hpp>
+#include <gtest/gtest.h>
+
+namespace keval::result {
+namespace {
+
+namespace json = boost::json;
+
+json::object parse(const char* text) {
+  return json::parse(text).as_object();
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(Summary, CorrectCompareShowsSpeedupBothSidesMethodsFlagsAndWhereTheResultIs) {
+  const auto body = parse(R"({"job_id": "j1", "status": "success", "speedup": 1.734,
+    "kernel_exec_result": {"compiled": true, "correctness": true,
+      "runtime_stats": {"mean": 0.0123, "median": 0.0121, "percentile_95": 0.0131, "count": 100,
+                        "method": "cuda_graph_replay"},
+      "metadata": {"device": {"type": "cuda", "name": "NVIDIA H100"},
+                   "flags": [{"name": "precision", "reason": "passes 1e-2 but not 1e-4"}],
+                   "warnings": ["kernel.extra: unknown field, ignored"]}},
+    "ref_runtime": {"mean": 0.0210, "median": 0.0209, "percentile_95": 0.0230, "count": 100,
+                    "method": "cuda_events"}})");
+  const std::string s = summarize(body, {"/state/results/j1.json", false});
+  EXPECT_TRUE(has(s, "CORRECT  speedup 1.73x")) << s;
+  EXPECT_TRUE(has(s, "job        j1  on cuda (NVIDIA H100)")) << s;
+  EXPECT_TRUE(has(s, "candidate  median 0.012100 ms  p95 0.013100 ms  mean 0.012300 ms  n=100  "
+                     "cuda_graph_replay"))
+      << s;
+  EXPECT_TRUE(has(s, "reference  median 0.020900 ms")) << s;
+  EXPECT_TRUE(has(s, "cuda_events")) << s;
+  EXPECT_TRUE(has(s, "flag       precision: passes 1e-2 but not 1e-4")) << s;
+  EXPECT_TRUE(has(s, "warning    kernel.extra: unknown field, ignored")) << s;
+  EXPECT_TRUE(has(s, "full result /state/results/j1.json")) << s;
+  EXPECT_FALSE(has(s, "\x1b[")) << "no colour unless asked";
+}
+
+TEST(Summary, ColourOnlyWhenAsked) {
+  const auto body = parse(R"({"job_id": "j", "status": "success",
+    "kernel_exec_result": {"compiled": true, "correctness": true}})");
+  EXPECT_TRUE(has(summarize(body, {"", true}), "\x1b[1;32mCORRECT\x1b[0m"));
+}
+
+TEST(Summary, CompileErrorShowsTheLogsFirstLinesAndCountsTheRest) {
+  std::string log;
+  for (int i = 1; i <= 20; ++i)
+    log += "kernel.cu(" + std::to_string(i) + "): error\\n";
+  const auto body = json::parse(R"({"job_id": "j2", "status": "success", "compilation_error": ")" +
+                                log + R"(", "kernel_exec_result": {"compiled": false,
+                                "correctness": false}})")
+                        .as_object();
+  const std::string s = summarize(body);
+  EXPECT_TRUE(has(s, "COMPILE ERROR")) << s;
+  EXPECT_TRUE(has(s, "kernel.cu(12): error")) << s;
+  EXPECT_FALSE(has(s, "kernel.cu(13): error")) << s;
+  EXPECT_TRUE(has(s, "... 8 more lines")) << s;
+  EXPECT_FALSE(has(s, "full result")) << "no file was written";
+}
+
+TEST(Summary, WrongResultStrictFlagAndLongReasonsAreCut) {
+  const std::string reason(400, 'r');
+  const auto body = json::parse(R"({"job_id": "j3", "status": "success",
+    "validation_error": "trial 0: output 0: 63660 of 65536 elements differ",
+    "kernel_exec_result": {"compiled": true, "correctness": false, "runtime_stats": {},
+      "metadata": {"flags": [{"name": "excessive_speedup", "strict": true, "reason": ")" +
+                                reason + R"("}]}}})")
+                        .as_object();
+  const std::string s = summarize(body);
+  EXPECT_TRUE(has(s, "INCORRECT\n    trial 0: output 0: 63660 of 65536 elements differ")) << s;
+  EXPECT_TRUE(has(s, "excessive_speedup (strict: made it incorrect)")) << s;
+  EXPECT_TRUE(has(s, "rrr...")) << s;
+  EXPECT_FALSE(has(s, reason)) << s;
+  EXPECT_FALSE(has(s, "kernel     \n")) << "empty runtime_stats print no timing line: " << s;
+}
+
+TEST(Summary, InfrastructureFailureIsNotAVerdictOnTheKernel) {
+  const auto body = parse(R"({"job_id": "j4", "status": "failed",
+    "error": {"class": "timeout", "message": "the job ran past its 120 s timeout"},
+    "kernel_exec_result": {"compiled": true, "correctness": false}})");
+  const std::string s = summarize(body);
+  EXPECT_TRUE(has(s, "FAILED  keval or the machine failed (timeout), not a verdict")) << s;
+  EXPECT_TRUE(has(s, "the job ran past its 120 s timeout")) << s;
+}
+
+TEST(Summary, BadRequestNamesTheField) {
+  const auto body = parse(R"({"status": "failed", "error": {"class": "bad_request",
+    "path": "kernel.io.args[0].tensor_spec.shape[1]", "message": "must be >= 1"}})");
+  EXPECT_TRUE(
+      has(summarize(body), "BAD REQUEST  kernel.io.args[0].tensor_spec.shape[1]: must be >= 1"));
+}
+
+TEST(Summary, SkippedProgramSaysWhy) {
+  const auto body = parse(R"({"job_id": "j5", "status": "skipped",
+    "compilation_error": "needs compute capability 10.0; this GPU is 9.0",
+    "kernel_exec_result": {"compiled": false, "correctness": false}})");
+  const std::string s = summarize(body);
+  EXPECT_TRUE(has(s, "SKIPPED")) << s;
+  EXPECT_TRUE(has(s, "needs compute capability 10.0")) << s;
+}
+
+TEST(Summary, BodiesOfTheWrongShapeDoNotThrow) {
+  for (const char* text : {R"({})", R"({"status": 3, "kernel_exec_result": []})",
+                           R"({"job_id": 1, "speedup": "x", "kernel_exec_result": {"metadata":
+                             {"flags": [1, {"name": 2}], "warnings": [3]}}})"})
+    EXPECT_NO_THROW(summarize(parse(text))) << text;
+}
+
+} // namespace
+} // namespace keval::result
