@@ -1,9 +1,31 @@
 """Python tools for keval, the GPU kernel evaluator.
 
-Standard library only. ``keval.compute_eval`` evaluates ComputeEval datapacks through a keval
-daemon (``python -m keval.compute_eval --help``). A general client of keval's HTTP API is to
-come; ``keval._daemon`` is the small private transport that ``compute_eval`` uses meanwhile.
+Standard library only. ``keval.Client`` (and ``keval.AsyncClient``) talk to a keval daemon
+(``keval serve``) over its Unix socket or authenticated TCP and return typed results;
+``keval.iocontract`` builds IOContracts with the V2 server's helper names; ``keval.compute_eval``
+evaluates ComputeEval datapacks through a daemon (``python -m keval.compute_eval --help``).
 """
 
+from .client import (AsyncClient, Client, DaemonUnavailable, JobTimeout, KevalError,
+                     KevalHTTPError)
+from .iocontract import IOContract, IOContractBuilder
+from .results import ErrorInfo, EvalResult, Flag, Health, Job, RuntimeStats
+
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "DaemonUnavailable",
+    "ErrorInfo",
+    "EvalResult",
+    "Flag",
+    "Health",
+    "IOContract",
+    "IOContractBuilder",
+    "Job",
+    "JobTimeout",
+    "KevalError",
+    "KevalHTTPError",
+    "RuntimeStats",
+    "__version__",
+]

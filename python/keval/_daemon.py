@@ -1,9 +1,9 @@
-"""A small client of keval's daemon over its Unix socket, and a daemon started for one run.
+"""The transport under ``keval.Client``: HTTP/JSON to ``keval serve``, and a daemon of our own.
 
-Standard library only. ``UnixClient`` speaks HTTP/1.1 with JSON bodies to ``keval serve``;
-``LocalDaemon`` starts ``keval serve`` in a temporary directory, waits until it answers
-``GET /health`` and stops it again. The general client of keval's API is to come; this module is
-the transport ``keval.compute_eval`` uses meanwhile, and is private.
+Standard library only. ``UnixClient`` speaks HTTP/1.1 with JSON bodies to ``keval serve`` over
+its Unix socket, ``TcpClient`` over TCP with the bearer token; ``LocalDaemon`` starts
+``keval serve`` in a temporary directory, waits until it answers ``GET /health`` and stops it
+again. Private: ``keval.Client`` is the public face; ``keval.compute_eval`` uses these directly.
 """
 
 from __future__ import annotations
@@ -11,22 +11,32 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import time
+import urllib.parse
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 __all__ = [
     "DaemonError",
     "DaemonStartError",
     "LocalDaemon",
+    "TcpClient",
     "UnixClient",
     "UnixHTTPConnection",
+    "WAIT_FOREVER",
+    "default_socket_path",
     "find_keval_binary",
+    "read_token_file",
 ]
+
+# A per-request timeout meaning "no limit" (None means "the client's default" below): a
+# synchronous /evaluate lasts as long as the job, queueing included, which has no bound.
+WAIT_FOREVER = float("inf")
 
 # AF_UNIX paths are limited to 108 bytes on Linux (sun_path), the terminating NUL included.
 _MAX_SOCKET_PATH = 107
@@ -63,32 +73,54 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 Response = Tuple[int, Dict[str, Any], Dict[str, str]]
 
 
-class UnixClient:
-    """HTTP/JSON requests to a daemon's Unix socket, one connection per request (thread-safe).
+class _JsonHTTPClient:
+    """HTTP/JSON requests, one connection per request (so one object serves many threads).
 
     Each method returns ``(status, body, headers)``: the HTTP status, the body parsed as a JSON
     object (a body that is not one is wrapped as ``{"raw": text}``) and the response headers with
-    lower-case names. A socket that cannot be reached, a connection that breaks or times out
-    raises ``DaemonError``.
+    lower-case names. A daemon that cannot be reached, a connection that breaks or times out
+    raises ``DaemonError``. ``timeout`` per call: None for the client's, ``WAIT_FOREVER`` for none.
     """
 
-    def __init__(self, socket_path: str, timeout: Optional[float] = 30.0):
-        self.socket_path = str(socket_path)
-        self.timeout = timeout
+    timeout: Optional[float]
 
-    def post_json(self, path: str, body: Any, timeout: Optional[float] = None) -> Response:
+    def post_json(self, path: str, body: Any, timeout: Optional[float] = None,
+                  headers: Optional[Dict[str, str]] = None) -> Response:
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        return self._request("POST", path, data, timeout)
+        return self._request("POST", path, data, timeout, headers)
 
-    def get_json(self, path: str, timeout: Optional[float] = None) -> Response:
-        return self._request("GET", path, None, timeout)
+    def get_json(self, path: str, timeout: Optional[float] = None,
+                 headers: Optional[Dict[str, str]] = None) -> Response:
+        return self._request("GET", path, None, timeout, headers)
+
+    def delete_json(self, path: str, timeout: Optional[float] = None,
+                    headers: Optional[Dict[str, str]] = None) -> Response:
+        return self._request("DELETE", path, None, timeout, headers)
+
+    # -- to override -------------------------------------------------------------------------
+    def _connection(self, timeout: Optional[float]) -> http.client.HTTPConnection:
+        raise NotImplementedError
+
+    def _extra_headers(self) -> Dict[str, str]:
+        return {}
+
+    def describe(self) -> str:
+        raise NotImplementedError
 
     def _request(self, method: str, path: str, data: Optional[bytes],
-                 timeout: Optional[float]) -> Response:
-        conn = UnixHTTPConnection(self.socket_path, timeout if timeout is not None else self.timeout)
+                 timeout: Optional[float], extra: Optional[Dict[str, str]] = None) -> Response:
+        if timeout is None:
+            timeout = self.timeout
+        if timeout is not None and timeout == WAIT_FOREVER:
+            timeout = None
+        conn = self._connection(timeout)
         headers = {"Accept": "application/json", "Connection": "close"}
+        headers.update(self._extra_headers())
         if data is not None:
+            # Over TCP the daemon refuses any other type (a browser's cross-site POST guard).
             headers["Content-Type"] = "application/json"
+        if extra:
+            headers.update(extra)
         try:
             conn.request(method, path, body=data, headers=headers)
             res = conn.getresponse()
@@ -96,7 +128,7 @@ class UnixClient:
             status = res.status
             res_headers = {k.lower(): v for k, v in res.getheaders()}
         except (OSError, http.client.HTTPException) as e:
-            raise DaemonError(f"{method} {path} on {self.socket_path}: "
+            raise DaemonError(f"{method} {path} on {self.describe()}: "
                               f"{type(e).__name__}: {e}") from e
         finally:
             conn.close()
@@ -108,6 +140,73 @@ class UnixClient:
         if not isinstance(body, dict):
             body = {"raw": text}
         return status, body, res_headers
+
+
+class UnixClient(_JsonHTTPClient):
+    """HTTP/JSON requests to a daemon's Unix socket (see ``_JsonHTTPClient``)."""
+
+    def __init__(self, socket_path: str, timeout: Optional[float] = 30.0):
+        self.socket_path = str(socket_path)
+        self.timeout = timeout
+
+    def _connection(self, timeout: Optional[float]) -> http.client.HTTPConnection:
+        return UnixHTTPConnection(self.socket_path, timeout)
+
+    def describe(self) -> str:
+        return self.socket_path
+
+
+class TcpClient(_JsonHTTPClient):
+    """HTTP/JSON requests to a daemon's ``--listen`` address, with ``Authorization: Bearer``.
+
+    ``url`` is ``http://HOST:PORT`` (``https://`` works too, for a daemon behind a TLS proxy).
+    """
+
+    def __init__(self, url: str, token: Optional[str] = None, timeout: Optional[float] = 30.0):
+        parsed = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"url: want http://HOST:PORT, got {url!r}")
+        self.url = url
+        self.scheme = parsed.scheme
+        self.host = parsed.hostname
+        self.port = parsed.port
+        # A path prefix, for a daemon mounted under one behind a proxy.
+        self.prefix = parsed.path.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def _connection(self, timeout: Optional[float]) -> http.client.HTTPConnection:
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        return cls(self.host, self.port, timeout=timeout)
+
+    def _extra_headers(self) -> Dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def _request(self, method, path, data, timeout, extra=None):
+        return super()._request(method, self.prefix + path, data, timeout, extra)
+
+    def describe(self) -> str:
+        return self.url
+
+
+def read_token_file(path: str) -> str:
+    """The bearer token in ``path`` (``keval serve --token-file``), surrounding blanks dropped."""
+    with open(path, "r", encoding="ascii", errors="replace") as f:
+        token = f.read().strip()
+    if not token:
+        raise ValueError(f"token file {path} is empty")
+    return token
+
+
+def default_socket_path() -> str:
+    """Where a plain ``keval serve`` listens, found as it finds it: ``$KEVAL_SOCKET``, else
+    ``STATE/daemon/keval.sock`` with STATE ``$KEVAL_STATE_DIR``, else ``${TMPDIR:-/tmp}/keval-<uid>``."""
+    env = os.environ.get("KEVAL_SOCKET")
+    if env:
+        return env
+    state = os.environ.get("KEVAL_STATE_DIR") or os.path.join(
+        os.environ.get("TMPDIR") or "/tmp", f"keval-{os.getuid()}")
+    return os.path.join(state, "daemon", "keval.sock")
 
 
 def find_keval_binary(keval_bin: Optional[str] = None) -> str:
@@ -153,20 +252,28 @@ class LocalDaemon:
     ``stop_timeout`` seconds, and removes TMP unless ``keep_state``. The daemon is also sent
     SIGTERM when the thread that started it ends (Linux's PDEATHSIG), so start it from the main
     thread, or from one that outlives it.
+
+    ``state_dir`` runs it in that directory instead (created if missing, never removed), and
+    ``socket_path`` serves that socket. With ``--listen HOST:PORT`` among ``extra_args`` (port 0:
+    any free one), ``tcp_url`` is the address it reported and ``token_file`` its bearer token's.
     """
 
     def __init__(self, keval_bin: Optional[str] = None, extra_args: Iterable[str] = (),
                  start_timeout: float = 60.0, stop_timeout: float = 10.0,
-                 keep_state: bool = False, env: Optional[Dict[str, str]] = None):
+                 keep_state: bool = False, env: Optional[Dict[str, str]] = None,
+                 state_dir: Optional[str] = None, socket_path: Optional[str] = None):
         self.keval_bin = keval_bin
         self.extra_args: List[str] = list(extra_args)
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
-        self.keep_state = keep_state
+        self.keep_state = keep_state or state_dir is not None
         self.env = env
+        self._given_state_dir = state_dir
+        self._given_socket_path = socket_path
         self.state_dir: Optional[str] = None
         self.socket_path: Optional[str] = None
         self.log_path: Optional[str] = None
+        self.tcp_url: Optional[str] = None
         self.health: Dict[str, Any] = {}
         self._proc: Optional[subprocess.Popen] = None
         self._log = None
@@ -181,8 +288,16 @@ class LocalDaemon:
 
     def start(self) -> None:
         binary = find_keval_binary(self.keval_bin)
-        self.state_dir = _make_state_dir()
-        self.socket_path = os.path.join(self.state_dir, "keval.sock")
+        if self._given_state_dir:
+            self.state_dir = os.path.abspath(self._given_state_dir)
+            os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        else:
+            self.state_dir = _make_state_dir()
+        self.socket_path = self._given_socket_path or os.path.join(self.state_dir, "keval.sock")
+        if len(os.fsencode(self.socket_path)) > _MAX_SOCKET_PATH:
+            self._cleanup()
+            raise DaemonStartError(f"socket path {self.socket_path!r} is longer than the "
+                                   f"{_MAX_SOCKET_PATH} bytes a Unix socket's name may have")
         self.log_path = os.path.join(self.state_dir, "daemon.log")
         argv = [binary, "serve", "--state-dir", self.state_dir, "--socket", self.socket_path,
                 *self.extra_args]
@@ -219,6 +334,7 @@ class LocalDaemon:
                     status, body, _ = client.get_json("/health")
                     if status == 200:
                         self.health = body
+                        self.tcp_url = self._reported_tcp_url()
                         return
                     last_error = f"GET /health answered {status}: {body}"
                 except DaemonError as e:
@@ -262,6 +378,30 @@ class LocalDaemon:
 
     def log_tail(self, limit: int = 4000) -> str:
         return _tail(self.log_path, limit) if self.log_path else ""
+
+    @property
+    def token_file(self) -> Optional[str]:
+        """The TCP bearer token's file: ``--token-file`` if given, else ``STATE/keys/tcp.token``."""
+        args = self.extra_args
+        for i, arg in enumerate(args):
+            if arg == "--token-file" and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith("--token-file="):
+                return arg.split("=", 1)[1]
+        return os.path.join(self.state_dir, "keys", "tcp.token") if self.state_dir else None
+
+    def _reported_tcp_url(self) -> Optional[str]:
+        # The daemon logs "serving on unix:PATH and tcp:HOST:PORT" before it answers /health;
+        # the log is the only place that says which port --listen HOST:0 got.
+        if not self.log_path or not any(a == "--listen" or a.startswith("--listen=")
+                                        for a in self.extra_args):
+            return None
+        match = re.search(r" and tcp:(\S+):(\d+) ", _tail(self.log_path, 1 << 16))
+        if not match:
+            return None
+        host = match.group(1)
+        return f"http://[{host}]:{match.group(2)}" if ":" in host else \
+            f"http://{host}:{match.group(2)}"
 
 
 def _die_with_parent():

@@ -24,3 +24,16 @@ def fake_daemon(short_tmp):
         yield daemon
     finally:
         daemon.stop()
+
+
+@pytest.fixture(scope="session")
+def keval_daemon():
+    """A real ``keval serve`` for the client tests, with TCP on a free loopback port
+    (``tcp_url``, ``token_file``); skipped without KEVAL_BIN (CTest sets it)."""
+    from keval._daemon import LocalDaemon
+
+    keval_bin = os.environ.get("KEVAL_BIN")
+    if not keval_bin:
+        pytest.skip("KEVAL_BIN is not set (CTest sets it to the keval binary it built)")
+    with LocalDaemon(keval_bin=keval_bin, extra_args=["--listen", "127.0.0.1:0"]) as daemon:
+        yield daemon
