@@ -123,6 +123,9 @@ options (serve):
   --warm-workers N          workers kept started ahead of jobs per set of prewarming plugins
                             seen in jobs (Python types: interpreter up, torch imported); each
                             still serves one job (default 2; 0: every job starts its own)
+  --warm-workers-max N      let a set's pool grow past --warm-workers with its demand (the
+                            set's jobs of the last 10 s) up to N, while a quarter of the
+                            machine's memory is free (default: no growth)
   --max-body-bytes N        request body limit; larger bodies get 413 (default 67108864)
   --http-timeout SECONDS    limit on every read of a request (an idle kept-alive connection
                             included: it is closed after this) and write of a response (default 30)
@@ -451,6 +454,8 @@ int main(int argc, char** argv) {
       serve_options.threads = number("--threads");
     else if (a == "--warm-workers")
       serve_options.warm_workers = number("--warm-workers");
+    else if (a == "--warm-workers-max")
+      serve_options.warm_workers_max = number("--warm-workers-max");
     else if (a == "--max-body-bytes")
       serve_options.max_body_bytes = number("--max-body-bytes");
     else if (a == "--http-timeout")

@@ -80,8 +80,10 @@ public:
     run_options_.work_root = config_.state_dir / "work";
     run_options_.sandbox = config_.sandbox;
     if (config_.warm_workers > 0)
-      warm_ = std::make_unique<supervisor::WarmPool>(executor_, config_.worker_exe, config_.sandbox,
-                                                     config_.warm_workers);
+      warm_ = std::make_unique<supervisor::WarmPool>(
+          executor_, config_.worker_exe, config_.sandbox,
+          supervisor::WarmPool::Sizing{.size = config_.warm_workers,
+                                       .max_size = config_.warm_workers_max});
   }
 
   // --- start-up ------------------------------------------------------------------------------
@@ -248,6 +250,7 @@ public:
     if (warm_) {
       s.warm = warm_->stats();
       s.warm_capacity = config_.warm_workers;
+      s.warm_max = std::max(config_.warm_workers, config_.warm_workers_max);
     }
     const store::StoreUsage usage = store_.usage();
     s.state =
@@ -331,7 +334,7 @@ private:
     bool finished = false; // the final record is on disk; only this summary stays in memory
     int http_status = 0;
     double submitted_at = 0, started_at = 0, finished_at = 0; // Unix seconds
-    Clock::time_point submitted_clock, granted_clock, validated_clock;
+    Clock::time_point submitted_clock, started_clock, granted_clock, validated_clock;
     std::vector<JobDone> waiters;
     // Held from a change until its record is written, and by readers: the status and phases that
     // GET /jobs shows are on disk already. Taken before mutex_, never while holding it.
@@ -492,6 +495,7 @@ private:
           j.status = "compiling";
           j.stage = protocol::JobStage::compiling;
           j.started_at = unix_now();
+          j.started_clock = Clock::now();
         });
         if (cancelled_before_start.empty())
           launch(job);
@@ -601,6 +605,10 @@ private:
       j.http_status = result::http_status(verdict);
       j.finished_at = unix_now();
       stats_.finished(verdict, j.record.outcome->end, ms_since(j.submitted_clock));
+      if (j.started_clock != Clock::time_point{})
+        stats_.time_spent(
+            std::chrono::duration<double, std::milli>(j.started_clock - j.submitted_clock).count(),
+            j.record.outcome->wall_ms, j.record.outcome->timeline);
       waiters.swap(j.waiters);
     });
     std::error_code ec;

@@ -38,6 +38,8 @@ struct JobManagerConfig {
   // Workers kept started ahead of jobs, per set of plugins that prewarm (see WarmPool; 0: every
   // job starts its own worker, as the CLI does).
   size_t warm_workers = 0;
+  // At most this many per set when the set's demand asks for more (WarmPool::Sizing::max_size).
+  size_t warm_workers_max = 0;
 };
 
 // A submission the daemon cannot take now.

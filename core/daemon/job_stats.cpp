@@ -71,6 +71,46 @@ void JobStats::finished(result::Verdict verdict, End end, double latency_ms) {
     recent_finishes_.pop_front();
 }
 
+std::array<std::optional<double>, kJobStageCount>
+job_stage_times(double queue_ms, double worker_wall_ms, const json::object& timeline) {
+  const auto at = [&](const char* step) -> std::optional<double> {
+    const json::value* v = timeline.if_contains(step);
+    if (v == nullptr || !v->is_number())
+      return std::nullopt;
+    return v->to_number<double>();
+  };
+  const auto between = [](std::optional<double> from, std::optional<double> to) {
+    return from && to && *to >= *from ? std::optional<double>(*to - *from) : std::nullopt;
+  };
+  std::array<std::optional<double>, kJobStageCount> out{};
+  const auto runners = at("runners_started");
+  const auto probed = at("cuda_probed");
+  out[0] = queue_ms >= 0 ? std::optional<double>(queue_ms) : std::nullopt;
+  out[1] = runners;
+  out[2] = between(runners, probed);
+  out[3] = between(probed ? probed : runners, at("compiled"));
+  out[4] = between(at("compiled"), at("granted"));
+  out[5] = between(at("granted"), at("engine_open"));
+  out[6] = between(at("engine_open"), at("bound"));
+  out[7] = between(at("bound"), at("validated"));
+  out[8] = between(at("validated"), at("profiled"));
+  out[9] = between(at("stopping"), at("ended"));
+  out[10] = between(at("ended"), worker_wall_ms);
+  return out;
+}
+
+void JobStats::time_spent(double queue_ms, double worker_wall_ms, const json::object& timeline) {
+  if (timeline.empty())
+    return;
+  ++totals_.timed_jobs;
+  const auto times = job_stage_times(queue_ms, worker_wall_ms, timeline);
+  for (size_t k = 0; k < kJobStageCount; ++k)
+    if (times[k]) {
+      ++totals_.stages[k].jobs;
+      totals_.stages[k].ms_sum += *times[k];
+    }
+}
+
 void JobStats::interrupted() {
   ++totals_.interrupted;
 }

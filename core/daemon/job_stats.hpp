@@ -8,16 +8,49 @@
 #include "supervisor/warm_pool.hpp"
 #include "supervisor/worker_session.hpp"
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/json/object.hpp>
 
 namespace keval::daemon {
+
+// Where a job's time goes, stage by stage, in the order a job passes them (/stats
+// time_breakdown, /metrics keval_job_stage_seconds):
+//   queue        submitted, waiting for a worker slot (the daemon's clock)
+//   start        the worker has the job; its runners up (a prestarted worker's prewarm not yet
+//                done is waited for here; a fresh worker starts its interpreters here)
+//   cuda_init    the driver probed (jobs that need CUDA)
+//   compile      every side compiled, no device held
+//   device_wait  waiting for the device grant
+//   device_open  the worker's own context on the granted device
+//   bind         the runners' contexts and the arguments bound
+//   validation   the correctness trials
+//   profiling    the timed samples
+//   teardown     every process of the job killed and reaped
+//   process      the worker process itself: spawn, the job frame, exit, its last output read
+// The worker's steps come from its `done` timeline; a stage whose steps a job did not reach (a
+// compile error has no validation) is not counted for it.
+inline constexpr const char* kJobStages[] = {
+    "queue", "start",      "cuda_init", "compile",  "device_wait", "device_open",
+    "bind",  "validation", "profiling", "teardown", "process"};
+inline constexpr size_t kJobStageCount = std::size(kJobStages);
+
+struct StageTime {
+  uint64_t jobs = 0;
+  double ms_sum = 0;
+};
+
+// One job's stages (kJobStages order; nullopt: not reached), from the daemon's queue time, the
+// worker session's wall time and the worker's timeline.
+std::array<std::optional<double>, kJobStageCount>
+job_stage_times(double queue_ms, double worker_wall_ms, const boost::json::object& timeline);
 
 // Counted since start-up.
 struct JobCounters {
@@ -39,6 +72,8 @@ struct JobCounters {
   uint64_t finished = 0;
   double latency_ms_sum = 0; // submission to result, over finished jobs
   uint64_t finished_last_minute = 0;
+  std::array<StageTime, kJobStageCount> stages{}; // kJobStages order
+  uint64_t timed_jobs = 0;                        // jobs whose worker sent its timeline
 };
 
 // HTTP connections (keval serve --max-connections).
@@ -66,6 +101,7 @@ struct StatsSnapshot {
   std::vector<GpuState> gpus;
   supervisor::WarmPoolStats warm; // prestarted workers (keval serve --warm-workers)
   size_t warm_capacity = 0;       // prestarted workers kept per prewarm set
+  size_t warm_max = 0;            // ... at most, when a set's demand asks for more
   ConnectionStats connections;
   StateStats state;
 };
@@ -79,6 +115,8 @@ public:
   void validated(const boost::json::object& phase, double ms);
   void profiled(const boost::json::object& phase, double ms);
   void finished(result::Verdict verdict, supervisor::SessionOutcome::End end, double latency_ms);
+  // A finished job's stages (job_stage_times); nothing when its worker sent no timeline.
+  void time_spent(double queue_ms, double worker_wall_ms, const boost::json::object& timeline);
   void interrupted();
   void record_refused();
   void expired_by_cap(uint64_t jobs);

@@ -204,13 +204,16 @@ int serve(const ServeOptions& options) {
   job_config.job_ttl = options.job_ttl;
   job_config.state_max_bytes = options.state_max_bytes;
   job_config.warm_workers = options.warm_workers;
+  job_config.warm_workers_max = options.warm_workers_max;
   const auto& plugins = registry.plugins();
   if (std::none_of(plugins.begin(), plugins.end(),
                    [](const auto& plugin) { return plugin.usable() && plugin.prewarm; }))
     job_config.warm_workers = 0; // nothing to prewarm: a fresh worker starts as fast
   const std::string descriptors = fit_descriptor_limit(
       options.max_connections + refusing_places + kBaseDescriptors +
-          kDescriptorsPerWorker * (job_config.max_running + kWarmSets * job_config.warm_workers),
+          kDescriptorsPerWorker *
+              (job_config.max_running +
+               kWarmSets * std::max(job_config.warm_workers, job_config.warm_workers_max)),
       options.max_connections);
   std::string token;
   std::filesystem::path token_file = options.token_file;

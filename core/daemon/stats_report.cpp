@@ -42,9 +42,15 @@ json::object stats_json(const StatsSnapshot& s) {
   jobs["max_active"] = s.max_active;
   jobs["waiting_for_device"] = s.waiting_for_device;
   out["jobs"] = std::move(jobs);
-  out["warm_workers"] = {{"per_set", s.warm_capacity},    {"sets", s.warm.sets},
-                         {"ready", s.warm.ready},         {"taken_total", s.warm.taken},
-                         {"missed_total", s.warm.missed}, {"died_idle_total", s.warm.died_idle},
+  out["warm_workers"] = {{"per_set", s.warm_capacity},
+                         {"max_per_set", s.warm_max},
+                         {"target", s.warm.target},
+                         {"held_back_by_memory_total", s.warm.held_back_by_memory},
+                         {"sets", s.warm.sets},
+                         {"ready", s.warm.ready},
+                         {"taken_total", s.warm.taken},
+                         {"missed_total", s.warm.missed},
+                         {"died_idle_total", s.warm.died_idle},
                          {"disabled", s.warm.disabled}};
 
   out["compilation"] = {{"total", c.compiles},
@@ -68,6 +74,19 @@ json::object stats_json(const StatsSnapshot& s) {
                        {"jobs_per_second_last_minute", c.finished_last_minute / 60.0},
                        {"jobs_per_second_since_start", ratio(c.finished, c.uptime_s)},
                        {"mean_latency_ms", ratio(c.latency_ms_sum, c.finished)}};
+  // Where finished jobs' time went (job_stats.hpp kJobStages), in the order a job passes the
+  // stages: `mean_ms` over the jobs that reached the stage, `share` of all the stages' time.
+  json::array stages;
+  double all_ms = 0;
+  for (const auto& stage : c.stages)
+    all_ms += stage.ms_sum;
+  for (size_t k = 0; k < kJobStageCount; ++k)
+    stages.push_back(json::object{{"stage", kJobStages[k]},
+                                  {"jobs", c.stages[k].jobs},
+                                  {"mean_ms", ratio(c.stages[k].ms_sum, c.stages[k].jobs)},
+                                  {"total_s", c.stages[k].ms_sum / 1000.0},
+                                  {"share", ratio(c.stages[k].ms_sum, all_ms)}});
+  out["time_breakdown"] = {{"jobs", c.timed_jobs}, {"stages", std::move(stages)}};
 
   out["state"] = {{"bytes", s.state.bytes},
                   {"max_bytes", s.state.max_bytes},
@@ -211,6 +230,13 @@ std::string prometheus_text(const StatsSnapshot& s) {
       .summary(c.profile_ms_sum / 1000.0, c.profiles);
   e.family("keval_job_latency_seconds", "summary", "Time from submission to result.")
       .summary(c.latency_ms_sum / 1000.0, c.finished);
+  e.family("keval_job_stage_seconds_total", "counter",
+           "Time finished jobs spent in each stage (queue, start, compile, device_wait, ...).");
+  for (size_t k = 0; k < kJobStageCount; ++k)
+    e.sample(c.stages[k].ms_sum / 1000.0, label("stage", kJobStages[k]));
+  e.family("keval_job_stage_jobs_total", "counter", "Finished jobs that reached each stage.");
+  for (size_t k = 0; k < kJobStageCount; ++k)
+    e.sample(static_cast<double>(c.stages[k].jobs), label("stage", kJobStages[k]));
   e.family("keval_connections_open", "gauge", "HTTP connections served now.")
       .sample(static_cast<double>(s.connections.open));
   e.family("keval_connections_max", "gauge", "HTTP connections served at most (--max-connections).")

@@ -3,6 +3,7 @@
 #include "protocol/frame.hpp"
 
 #include <array>
+#include <cmath>
 
 namespace keval::protocol {
 
@@ -372,8 +373,19 @@ WorkerMessage parse_worker_message(const json::object& m) {
   }
   if (type == msg::kProgress)
     return Progress{string_at(m, "phase"), integer_at(m, "done"), integer_at(m, "total")};
-  if (type == msg::kDone)
-    return Done{};
+  if (type == msg::kDone) {
+    Done done;
+    if (const json::value* timeline = m.if_contains("timeline")) {
+      if (!timeline->is_object())
+        throw ProtocolError("'timeline' of done is not an object");
+      for (const auto& [step, ms] : timeline->get_object())
+        if (!ms.is_number() || !std::isfinite(ms.to_number<double>()) || ms.to_number<double>() < 0)
+          throw ProtocolError("'timeline." + std::string(step) +
+                              "' of done is not a non-negative number of milliseconds");
+      done.timeline = timeline->get_object();
+    }
+    return done;
+  }
   if (type == msg::kFatal)
     return Fatal{string_at(m, "message")};
   throw ProtocolError("unexpected message type '" + type + "'");
@@ -412,6 +424,8 @@ json::object to_frame(const WorkerMessage& message) {
           m["total"] = x.total;
         } else if constexpr (std::is_same_v<T, Done>) {
           m["type"] = msg::kDone;
+          if (!x.timeline.empty())
+            m["timeline"] = x.timeline;
         } else {
           m["type"] = msg::kFatal;
           m["message"] = x.message;

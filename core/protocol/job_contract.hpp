@@ -167,7 +167,12 @@ struct Progress {
   std::string phase; // "validating", "profiling"
   int64_t done = 0, total = 0;
 };
-struct Done {};
+// `timeline`: where the job's time went inside the worker, each step's milliseconds since the
+// job arrived ("runners_started", "compiled", "granted", "bound", "validated", "profiled",
+// "stopping", "ended", ...). The trusted worker's own clock; no user code reports it.
+struct Done {
+  boost::json::object timeline;
+};
 struct Fatal {
   std::string message;
 };

@@ -84,6 +84,8 @@ json::object worker_json(const supervisor::SessionOutcome& o) {
   w["stdout_bytes"] = o.stdout_bytes;
   w["stderr_bytes"] = o.stderr_bytes;
   w["wall_ms"] = o.wall_ms;
+  if (!o.timeline.empty())
+    w["timeline_ms"] = o.timeline;
   if (o.exit_code)
     w["exit_code"] = *o.exit_code;
   if (o.signal)

@@ -3,6 +3,8 @@
 #include "common/log.hpp"
 
 #include <algorithm>
+#include <fstream>
+#include <string>
 
 namespace keval::supervisor {
 
@@ -14,8 +16,34 @@ constexpr size_t kMaxConsecutiveDeaths = 3;
 
 WarmPool::WarmPool(boost::asio::any_io_executor executor, std::filesystem::path worker_exe,
                    protocol::SandboxPolicy sandbox, size_t size, size_t max_sets)
+    : WarmPool(std::move(executor), std::move(worker_exe), std::move(sandbox),
+               Sizing{.size = size, .max_size = size, .max_sets = max_sets}) {}
+
+WarmPool::WarmPool(boost::asio::any_io_executor executor, std::filesystem::path worker_exe,
+                   protocol::SandboxPolicy sandbox, Sizing sizing)
     : executor_(std::move(executor)), worker_exe_(std::move(worker_exe)),
-      sandbox_(std::move(sandbox)), size_(size), max_sets_(std::max<size_t>(1, max_sets)) {}
+      sandbox_(std::move(sandbox)), sizing_(std::move(sizing)) {
+  sizing_.max_sets = std::max<size_t>(1, sizing_.max_sets);
+  sizing_.max_size = std::max(sizing_.max_size, sizing_.size);
+}
+
+bool WarmPool::machine_has_memory_to_spare() {
+  std::ifstream meminfo("/proc/meminfo");
+  return has_memory_to_spare(meminfo);
+}
+
+bool WarmPool::has_memory_to_spare(std::istream& meminfo) {
+  std::string key, rest;
+  uint64_t value = 0, total = 0, available = 0;
+  while (meminfo >> key >> value) {
+    std::getline(meminfo, rest); // " kB"
+    if (key == "MemTotal:")
+      total = value;
+    else if (key == "MemAvailable:")
+      available = value;
+  }
+  return total > 0 && available >= total / 4;
+}
 
 WarmPool::~WarmPool() {
   std::lock_guard lock(mutex_);
@@ -23,7 +51,7 @@ WarmPool::~WarmPool() {
 }
 
 std::unique_ptr<PrestartedWorker> WarmPool::take(PrewarmSet prewarm) {
-  if (size_ == 0 || prewarm.empty())
+  if (sizing_.size == 0 || prewarm.empty())
     return nullptr;
   std::sort(prewarm.begin(), prewarm.end());
   prewarm.erase(std::unique(prewarm.begin(), prewarm.end()), prewarm.end());
@@ -33,13 +61,14 @@ std::unique_ptr<PrestartedWorker> WarmPool::take(PrewarmSet prewarm) {
                            [&](const SetPool& p) { return p.plugins == prewarm; });
   if (pool == pools_.end()) {
     // A set not seen yet (or dropped): this job starts its own worker; later ones find theirs.
-    pools_.push_front(SetPool{std::move(prewarm), {}});
-    if (pools_.size() > max_sets_)
+    pools_.push_front(SetPool{std::move(prewarm), {}, {}});
+    if (pools_.size() > sizing_.max_sets)
       pools_.pop_back(); // its idle workers are killed
   } else {
     pools_.splice(pools_.begin(), pools_, pool);
   }
   SetPool& current = pools_.front();
+  current.demand.push_back(sizing_.now());
 
   std::unique_ptr<PrestartedWorker> found;
   while (!current.workers.empty() && !found) {
@@ -67,9 +96,18 @@ WarmPoolStats WarmPool::stats() const {
   std::lock_guard lock(mutex_);
   WarmPoolStats out = stats_;
   out.sets = pools_.size();
-  for (const auto& pool : pools_)
+  for (const auto& pool : pools_) {
     out.ready += pool.workers.size();
+    out.target += std::min(sizing_.max_size, sizing_.size + pool.demand.size());
+  }
   return out;
+}
+
+size_t WarmPool::target(SetPool& pool) {
+  const auto horizon = sizing_.now() - kDemandWindow;
+  while (!pool.demand.empty() && pool.demand.front() < horizon)
+    pool.demand.pop_front();
+  return std::min(sizing_.max_size, sizing_.size + pool.demand.size());
 }
 
 void WarmPool::refill(SetPool& pool) {
@@ -81,7 +119,14 @@ void WarmPool::refill(SetPool& pool) {
     stats_.disabled = true;
     return;
   }
-  while (pool.workers.size() < size_) {
+  const size_t wanted = target(pool);
+  while (pool.workers.size() > wanted)
+    pool.workers.pop_back(); // the newest, which may not have finished prewarming: killed
+  while (pool.workers.size() < wanted) {
+    if (pool.workers.size() >= sizing_.size && !sizing_.memory_to_spare()) {
+      ++stats_.held_back_by_memory;
+      return;
+    }
     try {
       pool.workers.push_back(
           PrestartedWorker::spawn(executor_, worker_exe_, sandbox_, pool.plugins));

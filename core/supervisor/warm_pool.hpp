@@ -7,15 +7,24 @@
 // prewarmed for every plugin would make a job of a cheap type wait for (or pay the CPU of) an
 // `import torch` it never uses, so a job only ever takes a worker prewarmed for exactly its set.
 // Sets are learned from the jobs that arrive: the first job of a set starts its own worker and
-// from then on `size` workers for that set are kept ready; the least recently used set is dropped
-// when more than `max_sets` are in use.
+// from then on at least `size` workers for that set are kept ready; the least recently used set
+// is dropped when more than `max_sets` are in use.
+//
+// A set's pool follows its demand: it keeps `size` plus the jobs of the set that arrived in the
+// last kDemandWindow (10 s: longer than a torch prewarm takes, so that back-to-back jobs find the
+// pool refilled, not refilling), at most `max_size`, and grows past `size` only while the machine
+// has memory to spare (MemAvailable at least a quarter of MemTotal): idle workers that import
+// torch hold about a GB each. Past the demand, extras are let go at the next take.
 #pragma once
 
 #include "supervisor/worker_session.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <deque>
 #include <filesystem>
+#include <functional>
+#include <istream>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -27,23 +36,41 @@
 namespace keval::supervisor {
 
 struct WarmPoolStats {
-  size_t ready = 0;       // started and waiting, over every set (some may still be prewarming)
-  size_t sets = 0;        // prewarm sets with workers kept ready
-  size_t taken = 0;       // handed to jobs
-  size_t missed = 0;      // jobs of a prewarming set that found no worker ready for them
-  size_t died_idle = 0;   // exited before any job took them
-  bool disabled = false;  // stopped refilling after repeated deaths
-  std::string last_death; // how the last idle worker ended
+  size_t ready = 0;  // started and waiting, over every set (some may still be prewarming)
+  size_t target = 0; // what the sets' demand asks to keep ready, summed
+  size_t held_back_by_memory = 0; // times a pool did not grow for lack of memory
+  size_t sets = 0;                // prewarm sets with workers kept ready
+  size_t taken = 0;               // handed to jobs
+  size_t missed = 0;              // jobs of a prewarming set that found no worker ready for them
+  size_t died_idle = 0;           // exited before any job took them
+  bool disabled = false;          // stopped refilling after repeated deaths
+  std::string last_death;         // how the last idle worker ended
 };
 
 class WarmPool {
 public:
   using PrewarmSet = std::vector<std::filesystem::path>; // plugin libraries, sorted
 
+  using Clock = std::chrono::steady_clock;
+  struct Sizing {
+    size_t size = 0;     // ready per set at least (0: the pool stays empty, take() gives null)
+    size_t max_size = 0; // ready per set at most, with demand (below `size`: `size`)
+    size_t max_sets = 4; // sets kept at once
+    // Test seams: the clock, and whether the machine has memory to grow a pool.
+    std::function<Clock::time_point()> now = [] { return Clock::now(); };
+    std::function<bool()> memory_to_spare = machine_has_memory_to_spare;
+  };
+  static bool machine_has_memory_to_spare(); // /proc/meminfo, as below
+  // MemAvailable at least a quarter of MemTotal, in /proc/meminfo's format; false unreadable.
+  static bool has_memory_to_spare(std::istream& meminfo);
+  static constexpr auto kDemandWindow = std::chrono::seconds(10);
+
   // Keeps `size` workers per prewarm set (0: the pool stays empty and take() returns null), for
   // at most `max_sets` sets at once.
   WarmPool(boost::asio::any_io_executor executor, std::filesystem::path worker_exe,
            protocol::SandboxPolicy sandbox, size_t size, size_t max_sets = 4);
+  WarmPool(boost::asio::any_io_executor executor, std::filesystem::path worker_exe,
+           protocol::SandboxPolicy sandbox, Sizing sizing);
   ~WarmPool(); // kills the workers no job took
 
   // A live worker prestarted for exactly `prewarm` (order does not matter), or null when there
@@ -56,13 +83,15 @@ private:
   struct SetPool {
     PrewarmSet plugins;
     std::deque<std::unique_ptr<PrestartedWorker>> workers;
+    std::deque<Clock::time_point> demand; // its jobs' arrivals within kDemandWindow
   };
-  void refill(SetPool& pool); // with mutex_ held
+  size_t target(SetPool& pool); // with mutex_ held; drops arrivals older than the window
+  void refill(SetPool& pool);   // with mutex_ held
 
   boost::asio::any_io_executor executor_;
   std::filesystem::path worker_exe_;
   protocol::SandboxPolicy sandbox_;
-  size_t size_, max_sets_;
+  Sizing sizing_;
   mutable std::mutex mutex_;
   std::list<SetPool> pools_; // most recently used first
   size_t consecutive_deaths_ = 0;

@@ -234,9 +234,10 @@ private:
     on_need_device(types);
   }
 
-  void on_message(const protocol::Done&) {
+  void on_message(const protocol::Done& done) {
     trace("done");
     done_ = true;
+    timeline_ = done.timeline;
     move_to(protocol::JobStage::exiting);
   }
 
@@ -416,6 +417,7 @@ private:
     outcome.stdout_bytes = out_.total_bytes();
     outcome.stderr_bytes = err_.total_bytes();
     outcome.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
+    outcome.timeline = timeline_;
     if (end_) {
       outcome.end = *end_;
       outcome.message = message_;
@@ -463,6 +465,7 @@ private:
   protocol::JobStage stage_ = protocol::JobStage::starting;
   bool hello_seen_ = false;
   bool prestarted_ = false;
+  boost::json::object timeline_; // from `done`
   bool done_ = false, exited_ = false, socket_closed_ = false, out_closed_ = false,
        err_closed_ = false, finished_ = false;
   std::optional<End> end_;

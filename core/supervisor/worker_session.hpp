@@ -57,6 +57,9 @@ struct SessionOutcome {
   std::string stdout_text, stderr_text;
   size_t stdout_bytes = 0, stderr_bytes = 0;
   double wall_ms = 0;
+  // The worker's own account of where the job's time went (protocol::Done::timeline); empty
+  // when it sent no `done`.
+  boost::json::object timeline;
 };
 
 struct SessionHandlers {

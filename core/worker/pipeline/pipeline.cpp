@@ -243,7 +243,7 @@ public:
 private:
   void run_steps() {
     start_runners();
-    step("runners started");
+    step("runners_started", "runners started");
     // A whole program (docs/cuda_program.md): its own pipeline, with the runner just loaded.
     if (custom().has(KEVAL_CAP_PROGRAM)) {
       if (request_.ref)
@@ -261,11 +261,11 @@ private:
       opener_.start(); // this process's device, opened while the probe runs and the sides compile
 #endif
       probe_cuda_once();
-      step("CUDA probed");
+      step("cuda_probed", "CUDA probed");
     }
     if (!compile_all())
       return;
-    step("compiled");
+    step("compiled", "compiled");
     if (job_.input_data_error) {
       // Before a device is held. No side's: the result says the request is at fault.
       fail_validation(error_json(kInvalidInputData, job_.input_data_error->message,
@@ -274,24 +274,28 @@ private:
     }
     if (!acquire_device())
       return;
-    step("granted");
+    step("granted", "granted");
     // The runners open their contexts and bind while this process opens its own: side by side.
     const std::vector<int64_t> binding = send_binds();
     engine_ = open_engine();
-    step("engine open");
+    step("engine_open", "engine open");
     if (!engine_ || !finish_binds(binding))
       return;
-    step("bound");
+    step("bound", "bound");
     if (validate()) {
-      step("validated");
+      step("validated", "validated");
       profile();
-      step("profiled");
+      step("profiled", "profiled");
     }
   }
 
-  // Where a job's time goes inside the worker, for KEVAL_LOG_LEVEL=debug.
-  void step(const char* what) {
-    spdlog::debug("job {}: {} at {:.1f} ms", job_.job_id, what, ms_since(started_));
+  // Where a job's time goes inside the worker: the `timeline` of `done` (the host's /stats
+  // breakdown, the response's metadata.worker.timeline_ms) and, for KEVAL_LOG_LEVEL=debug, the
+  // log.
+  void step(const char* key, const char* what) {
+    const double ms = ms_since(started_);
+    timeline_[key] = ms;
+    spdlog::debug("job {}: {} at {:.1f} ms", job_.job_id, what, ms);
   }
 
   // Every process the job started ends before the host hears `done`: the runners, and whatever
@@ -301,7 +305,7 @@ private:
   // context down), so the runners are all killed first, this process releases its own context
   // while they die, and only then are they reaped.
   void stop_runners() {
-    step("stopping");
+    step("stopping", "stopping");
     for (auto& side : sides_)
       if (side->runner)
         side->runner->kill();
@@ -310,7 +314,7 @@ private:
       if (side->runner)
         side->runner->stop();
     isolation::kill_descendants();
-    step("every process of the job ended");
+    step("ended", "every process of the job ended");
   }
   // ---------------------------------------------------------------------------------------
   // Plugins and compilation (before any device is held)
@@ -1111,6 +1115,10 @@ private:
       for (int64_t i = 0; i < samples; ++i) {
         if (i % std::max<int64_t>(1, samples / 10) == 0)
           progress("profiling", i, samples);
+        // The inputs of two samples back are no use any more: freed before the next are made,
+        // so a problem whose inputs take a tenth of the GPU (KernelBench level 1's
+        // matrix-vector product: 8 GiB) holds two sets at once, not three.
+        previous.reset();
         auto fresh = std::make_unique<InputSet>(make_inputs(kSampleTrials + uint64_t(i)));
         for (auto& t : timed)
           refresh(t, *fresh);
@@ -1534,7 +1542,7 @@ private:
 
   void finish() {
     std::fflush(stdout);
-    channel_.send(protocol::to_frame(protocol::Done{}));
+    channel_.send(protocol::to_frame(protocol::Done{timeline_}));
   }
 
   protocol::BlockingChannel& channel_;
@@ -1548,6 +1556,7 @@ private:
   int64_t next_binding_ = 1;
   int64_t companion_seq_ = 0;
   Clock::time_point started_ = Clock::now();
+  json::object timeline_; // step -> ms since started_ (step())
 #ifdef KEVAL_HAVE_CUDA
   std::future<CudaAvailability> cuda_probe_;
   EngineOpener opener_;

@@ -52,6 +52,15 @@ TEST(Cli, EvaluateSuccessPrintsSeedResponseAndExitsZero) {
   for (const char* key :
        {"mean", "std", "min", "max", "median", "percentile_95", "percentile_99", "count"})
     EXPECT_TRUE(exec.at("runtime_stats").as_object().contains(key)) << key;
+  // Where the job's time went in the worker, step by step, in order.
+  const auto& timeline = exec.at("metadata").at("worker").at("timeline_ms").as_object();
+  double last = 0;
+  for (const char* step : {"runners_started", "compiled", "granted", "engine_open", "bound",
+                           "validated", "profiled", "stopping", "ended"}) {
+    ASSERT_TRUE(timeline.contains(step)) << step << " in " << json::serialize(timeline);
+    EXPECT_GE(timeline.at(step).to_number<double>(), last) << step;
+    last = timeline.at(step).to_number<double>();
+  }
 }
 
 TEST(Cli, KernelFailureExitsOne) {

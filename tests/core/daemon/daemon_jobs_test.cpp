@@ -82,6 +82,17 @@ TEST_F(DaemonJobs, FiftyConcurrentJobsAllCompleteNoneLostOrDuplicated) {
   EXPECT_EQ(jobs.at("queued"), 0);
   EXPECT_EQ(s.at("compilation").at("total"), kJobs / 2 * 3); // compares compile two kernels
   EXPECT_EQ(s.at("compilation").at("success_rate"), 1.0);
+  // Where their time went: every job's worker sent its timeline; CPU jobs reach every stage but
+  // cuda_init and device_open (no context to open on the CPU engine is still a step).
+  const auto& breakdown = s.at("time_breakdown").as_object();
+  EXPECT_EQ(breakdown.at("jobs"), kJobs);
+  for (const auto& stage : breakdown.at("stages").as_array()) {
+    const std::string name(stage.at("stage").as_string());
+    if (name == "cuda_init")
+      EXPECT_EQ(stage.at("jobs"), 0) << name;
+    else
+      EXPECT_EQ(stage.at("jobs"), kJobs) << name;
+  }
   for (const auto& id : ids)
     EXPECT_EQ(HttpClient(socket()).get("/jobs/" + id).json_body().at("status"), "completed");
   size_t records = 0;

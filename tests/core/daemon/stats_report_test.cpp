@@ -4,6 +4,8 @@
 #include "daemon/job_stats.hpp"
 #include "daemon/stats_report.hpp"
 
+#include <algorithm>
+
 #include <boost/json/parse.hpp>
 #include <gtest/gtest.h>
 
@@ -19,6 +21,49 @@ TEST(StatsReport, RatesAreNullUntilSomethingWasCounted) {
   EXPECT_TRUE(j.at("compilation").at("success_rate").is_null());
   EXPECT_TRUE(j.at("compilation").at("mean_time_ms").is_null());
   EXPECT_TRUE(j.at("throughput").at("mean_latency_ms").is_null());
+}
+
+TEST(StatsReport, AJobsStagesComeFromTheQueueTheWorkersTimelineAndItsWallTime) {
+  const auto timeline = json::parse(R"({"runners_started": 30, "cuda_probed": 250, "compiled": 1250,
+                      "granted": 1300, "engine_open": 1400, "bound": 1450, "validated": 1650,
+                      "profiled": 2650, "stopping": 2650, "ended": 2850})")
+                            .as_object();
+  const auto t = job_stage_times(5, 2900, timeline);
+  const double expected[] = {5, 30, 220, 1000, 50, 100, 50, 200, 1000, 200, 50};
+  for (size_t k = 0; k < kJobStageCount; ++k) {
+    ASSERT_TRUE(t[k]) << kJobStages[k];
+    EXPECT_DOUBLE_EQ(*t[k], expected[k]) << kJobStages[k];
+  }
+  // A CPU job that failed to compile: no CUDA, no device, no validation; compile counts from
+  // the runners.
+  const auto failed = job_stage_times(
+      0, 400, json::parse(R"({"runners_started": 20, "stopping": 300, "ended": 350})").as_object());
+  EXPECT_DOUBLE_EQ(*failed[0], 0);
+  EXPECT_DOUBLE_EQ(*failed[1], 20);
+  for (const char* stage : {"cuda_init", "compile", "device_wait", "validation", "profiling"}) {
+    const size_t k = std::find_if(std::begin(kJobStages), std::end(kJobStages),
+                                  [&](const char* s) { return std::string(s) == stage; }) -
+                     std::begin(kJobStages);
+    EXPECT_FALSE(failed[k]) << stage;
+  }
+  EXPECT_DOUBLE_EQ(*failed[9], 50);
+  EXPECT_DOUBLE_EQ(*failed[10], 50);
+
+  JobStats stats;
+  stats.time_spent(5, 2900, timeline);
+  stats.time_spent(0, 400, json::object{}); // no timeline: not counted
+  StatsSnapshot snapshot;
+  snapshot.counters = stats.counters();
+  const auto j = stats_json(snapshot);
+  const auto& breakdown = j.at("time_breakdown").as_object();
+  EXPECT_EQ(breakdown.at("jobs"), 1);
+  const auto& compile = breakdown.at("stages").at(3).as_object();
+  EXPECT_EQ(compile.at("stage"), "compile");
+  EXPECT_DOUBLE_EQ(compile.at("mean_ms").as_double(), 1000);
+  EXPECT_NEAR(compile.at("share").as_double(), 1000.0 / 2905.0, 1e-12);
+  EXPECT_NE(
+      prometheus_text(snapshot).find("keval_job_stage_seconds_total{stage=\"profiling\"} 1\n"),
+      std::string::npos);
 }
 
 TEST(StatsReport, CountsPhasesFromWhatWorkersReport) {

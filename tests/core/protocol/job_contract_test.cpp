@@ -52,6 +52,20 @@ TEST(JobContract, ReportsRoundTripThroughJson) {
   EXPECT_EQ(v.failed_side, "custom");
 }
 
+TEST(JobContract, DoneCarriesTheWorkersTimelineChecked) {
+  // A worker that sends none (an older one) is still understood.
+  EXPECT_TRUE(std::get<Done>(parse_worker_message(parse(R"({"type":"done"})"))).timeline.empty());
+  Done sent;
+  sent.timeline = json::object{{"runners_started", 12.5}, {"compiled", 80}, {"ended", 95.25}};
+  const auto back = parse_worker_message(to_frame(WorkerMessage{sent}));
+  ASSERT_TRUE(std::holds_alternative<Done>(back));
+  EXPECT_EQ(std::get<Done>(back).timeline, sent.timeline);
+  for (const char* bad :
+       {R"({"type":"done","timeline":[1]})", R"({"type":"done","timeline":{"compiled":"80"}})",
+        R"({"type":"done","timeline":{"compiled":-1}})"})
+    EXPECT_THROW(parse_worker_message(parse(bad)), ProtocolError) << bad;
+}
+
 TEST(JobContract, MessagesAreCheckedAsTheyAreRead) {
   EXPECT_TRUE(std::holds_alternative<Done>(parse_worker_message(parse(R"({"type":"done"})"))));
   const auto need =

@@ -5,6 +5,7 @@
 #include "support/test_env.hpp"
 
 #include <set>
+#include <sstream>
 
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
@@ -71,6 +72,54 @@ TEST(WarmPool, TheLeastRecentlyUsedSetIsDroppedPastTheLimit) {
   EXPECT_EQ(stats.ready, 2u);
   EXPECT_NE(pool.take(a), nullptr);
   EXPECT_EQ(pool.take(b), nullptr); // learned again from scratch
+}
+
+// A set's pool follows its demand: back-to-back jobs find it grown, not refilling (the third
+// warm torch_cuda request used to wait seconds for an import torch), up to max_size, only while
+// the machine has memory to spare, and it shrinks back once the demand is over.
+TEST(WarmPool, APoolGrowsWithItsSetsDemandWithinMemoryAndShrinksAfter) {
+  boost::asio::io_context ctx;
+  auto now = WarmPool::Clock::time_point{} + std::chrono::hours(1);
+  bool memory = true;
+  WarmPool pool(ctx.get_executor(), worker_exe(), {},
+                WarmPool::Sizing{.size = 1,
+                                 .max_size = 3,
+                                 .max_sets = 4,
+                                 .now = [&] { return now; },
+                                 .memory_to_spare = [&] { return memory; }});
+  const auto fault = set_of({"libkeval_fault_plugin.so"});
+  EXPECT_EQ(pool.take(fault), nullptr);
+  EXPECT_EQ(pool.stats().ready, 2u); // 1 + one job in the window
+  EXPECT_NE(pool.take(fault), nullptr);
+  EXPECT_EQ(pool.stats().ready, 3u); // 1 + two, the most it may keep
+  EXPECT_NE(pool.take(fault), nullptr);
+  EXPECT_EQ(pool.stats().ready, 3u); // capped at max_size
+  EXPECT_EQ(pool.stats().target, 3u);
+
+  // The demand is over: the next take sees only itself in the window and lets extras go.
+  now += WarmPool::kDemandWindow + std::chrono::seconds(1);
+  EXPECT_NE(pool.take(fault), nullptr);
+  EXPECT_EQ(pool.stats().ready, 2u);
+
+  // Without memory to spare it keeps `size` but does not grow past it.
+  memory = false;
+  EXPECT_NE(pool.take(fault), nullptr);
+  EXPECT_NE(pool.take(fault), nullptr);
+  const auto stats = pool.stats();
+  EXPECT_EQ(stats.ready, 1u);
+  EXPECT_GE(stats.held_back_by_memory, 1u);
+}
+
+TEST(WarmPool, MemoryToSpareIsAQuarterOfTheMachineAvailable) {
+  const auto spare = [](const char* text) {
+    std::istringstream in(text);
+    return WarmPool::has_memory_to_spare(in);
+  };
+  EXPECT_TRUE(spare("MemTotal:       24000000 kB\nMemFree: 100 kB\nMemAvailable:    6000000 kB\n"));
+  EXPECT_FALSE(
+      spare("MemTotal:       24000000 kB\nMemFree: 100 kB\nMemAvailable:    5999999 kB\n"));
+  EXPECT_FALSE(spare("MemAvailable:    6000000 kB\n")); // no total: not believed
+  EXPECT_FALSE(spare(""));
 }
 
 TEST(WarmPool, SizeZeroKeepsNothing) {
