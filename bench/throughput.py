@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Throughput on one host: a mixed batch through `keval serve` against the same batch run the way
+KernelBench's scripts run it, a fresh process per problem, one after another (issue 17).
+
+The batch (--repeat times over, shuffled with a fixed seed):
+  KernelBench-style baselines of three sizes, each problem against itself (`ModelNew = Model`):
+    small    y = relu(x) on 2^20 elements
+    medium   a 2048^3 matmul
+    large    GELU on 2^26 elements
+  examples/torch_kernelbench_compare.json   (a Linear + GELU model against a rewritten one)
+  examples/torch_cuda_kernelbench_add.json  (KernelBench's load_inline add)
+  examples/cuda_vector_add_compare.json     (cuda type)
+  examples/triton_compare_torch.json        (triton type)
+
+keval:    one daemon (prestarted workers as configured), --clients requests in flight through
+          keval.Client; jobs/min over the batch, each job's latency, the GPU's busy fraction and
+          /stats time_breakdown.
+fresh:    each job in a process of its own, sequentially: a KernelBench-style problem in a fresh
+          Python doing what KernelBench's eval_kernel_against_ref does (import torch, build both
+          models seeded alike, 5 correctness trials, 100 timed trials with CUDA events; the
+          load_inline build directory kept between runs, as KernelBench's cache does); a cuda or
+          triton job, which KernelBench's harness cannot run, as `keval compare` (a fresh keval
+          process per job).
+
+usage: bench/throughput.py [--keval build/bin/keval] [--python python3] [--repeat 2]
+                           [--clients 8] [--json FILE] [--skip-fresh]
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "python"))
+import keval  # noqa: E402  (the repository's package)
+
+SIZED = {
+    "small_relu": ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                   "    def forward(self, x):\n        return torch.relu(x)\n\n"
+                   "def get_inputs():\n    return [torch.randn(1 << 20)]\n\n"
+                   "def get_init_inputs():\n    return []\n"),
+    "medium_matmul": ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                      "    def forward(self, a, b):\n        return a @ b\n\n"
+                      "def get_inputs():\n    return [torch.randn(2048, 2048), torch.randn(2048, 2048)]\n\n"
+                      "def get_init_inputs():\n    return []\n"),
+    "large_gelu": ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                   "    def forward(self, x):\n        return torch.nn.functional.gelu(x)\n\n"
+                   "def get_inputs():\n    return [torch.randn(1 << 26)]\n\n"
+                   "def get_init_inputs():\n    return []\n"),
+}
+EXAMPLES = ["torch_kernelbench_compare.json", "torch_cuda_kernelbench_add.json",
+            "cuda_vector_add_compare.json", "triton_compare_torch.json"]
+
+# What KernelBench's eval_kernel_against_ref does, in one fresh process (as in
+# bench/torch_cuda_compile.py).
+KERNELBENCH_WAY = r"""
+import sys, torch
+ref_src, custom_src = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+ref, custom = {}, {}
+exec(ref_src, ref)
+exec(custom_src, custom)
+def seeded(seed):
+    torch.manual_seed(seed); torch.cuda.manual_seed(seed)
+seeded(42); init = ref["get_init_inputs"]()
+seeded(42); model = ref["Model"](*init).cuda()
+seeded(42); model_new = custom["ModelNew"](*init).cuda()
+torch.cuda.synchronize()
+with torch.no_grad():
+    for trial in range(5):
+        seeded(trial); inputs = [x.cuda() for x in ref["get_inputs"]()]
+        assert torch.allclose(model(*inputs), model_new(*inputs), atol=1e-2, rtol=1e-2)
+    inputs = [x.cuda() for x in ref["get_inputs"]()]
+    times = []
+    for _ in range(100):
+        s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
+        s.record(); model_new(*inputs); e.record(); torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+times.sort(); print(times[50])
+"""
+
+
+def batch(repeat):
+    jobs = []
+    for name, src in SIZED.items():
+        jobs.append((name, {"ref_kernel": {"kernel_type": "torch", "source_code": src},
+                            "custom_kernel": {"kernel_type": "torch",
+                                              "source_code": src + "\nModelNew = Model\n"}}))
+    for example in EXAMPLES:
+        jobs.append((example.removesuffix(".json"),
+                     json.loads((ROOT / "examples" / example).read_text())))
+    out = [(name, dict(request, num_trials=100)) for _ in range(repeat) for name, request in jobs]
+    random.Random(17).shuffle(out)
+    return out
+
+
+def percentile(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def row(label, wall, latencies, failures, extra=""):
+    n = len(latencies)
+    print(f"{label:<8} jobs {n:3d}  wall {wall:7.1f} s  {60 * n / wall:6.1f} jobs/min  "
+          f"latency p50 {percentile(latencies, 50):6.2f} s  p95 {percentile(latencies, 95):6.2f} s  "
+          f"max {max(latencies):6.2f} s  failed {failures}{extra}")
+
+
+def run_keval(args, jobs):
+    state = tempfile.mkdtemp(prefix="kv-tp-", dir="/tmp")
+    client = keval.Client.local(keval_bin=args.keval, state_dir=state,
+                                serve_args=args.serve_arg, timeout=60)
+    try:
+        # One unmeasured job per prewarm set teaches the daemon its sets (as traffic would).
+        seen = set()
+        for name, request in jobs:
+            types = tuple(sorted(k["kernel_type"] for k in (request["ref_kernel"],
+                                                               request["custom_kernel"])))
+            if types not in seen:
+                seen.add(types)
+                client.compare(request)
+        before = client.stats()
+        latencies, failures = [], []
+        lock = threading.Lock()
+
+        def one(job):
+            name, request = job
+            t = time.perf_counter()
+            r = client.compare(request)
+            with lock:
+                latencies.append(time.perf_counter() - t)
+                if not r.ok:
+                    failures.append(f"{name}: {r.status} {r.error or r.validation_error}")
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(args.clients) as pool:
+            list(pool.map(one, jobs))
+        wall = time.perf_counter() - start
+        after = client.stats()
+        busy = sum(g.get("busy_ms", 0) for g in after.get("gpus", [])) - \
+            sum(g.get("busy_ms", 0) for g in before.get("gpus", []))
+        gpus = max(1, len(after.get("gpus", [])))
+        row("keval", wall, latencies, len(failures),
+            f"  GPU busy {busy / 1000 / wall / gpus:.2f}")
+        for f in failures[:5]:
+            print("   ", f[:300])
+        stages = after.get("time_breakdown", {}).get("stages", [])
+        print("   stages (mean ms over the daemon's jobs): " + "  ".join(
+            f"{s['stage']} {s['mean_ms']:.0f}" for s in stages if s.get("mean_ms") is not None))
+        return {"wall_s": wall, "latencies_s": latencies, "failures": failures,
+                "gpu_busy_fraction": busy / 1000 / wall / gpus, "time_breakdown": stages}
+    finally:
+        client.close()
+
+
+def run_fresh(args, jobs):
+    work = Path(tempfile.mkdtemp(prefix="kv-tp-fresh-", dir="/tmp"))
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(work / "torch_extensions"))
+    latencies, failures = [], []
+    start = time.perf_counter()
+    for k, (name, request) in enumerate(jobs):
+        ref, custom = request["ref_kernel"], request["custom_kernel"]
+        kernelbench_style = ref["kernel_type"] == "torch" and "class Model" in ref["source_code"] \
+            and custom["kernel_type"] in ("torch", "torch_cuda")
+        t = time.perf_counter()
+        if kernelbench_style:
+            (work / "ref.py").write_text(ref["source_code"])
+            (work / "custom.py").write_text(custom["source_code"])
+            done = subprocess.run([args.python, "-c", KERNELBENCH_WAY, str(work / "ref.py"),
+                                   str(work / "custom.py")], capture_output=True, text=True,
+                                  env=env, timeout=900)
+        else:
+            path = work / f"request{k}.json"
+            path.write_text(json.dumps(request))
+            done = subprocess.run([args.keval, "compare", str(path), "--json"],
+                                  capture_output=True, text=True, timeout=900)
+        latencies.append(time.perf_counter() - t)
+        if done.returncode != 0:
+            failures.append(f"{name}: exit {done.returncode}: {done.stderr[-300:]}")
+    wall = time.perf_counter() - start
+    row("fresh", wall, latencies, len(failures))
+    for f in failures[:5]:
+        print("   ", f)
+    return {"wall_s": wall, "latencies_s": latencies, "failures": failures}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keval", default=str(ROOT / "build/bin/keval"))
+    parser.add_argument("--python", default="python3", help="for the fresh-process runs")
+    parser.add_argument("--repeat", type=int, default=2, help="copies of the batch")
+    parser.add_argument("--clients", type=int, default=8, help="keval requests in flight")
+    parser.add_argument("--serve-arg", action="append", default=[],
+                        help="an argument for keval serve (repeat: --serve-arg=--warm-workers-max "
+                             "--serve-arg=6)")
+    parser.add_argument("--skip-fresh", action="store_true")
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args()
+    jobs = batch(args.repeat)
+    print(f"batch: {len(jobs)} compares ({', '.join(sorted({n for n, _ in jobs}))})")
+    out = {"keval": run_keval(args, jobs)}
+    if not args.skip_fresh:
+        out["fresh"] = run_fresh(args, jobs)
+        ratio = (len(jobs) / out["keval"]["wall_s"]) / (len(jobs) / out["fresh"]["wall_s"])
+        print(f"ratio (keval jobs/min over fresh-process jobs/min): {ratio:.2f}x")
+        out["ratio"] = ratio
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
