@@ -59,32 +59,10 @@ SIZED = {
 EXAMPLES = ["torch_kernelbench_compare.json", "torch_cuda_kernelbench_add.json",
             "cuda_vector_add_compare.json", "triton_compare_torch.json"]
 
-# What KernelBench's eval_kernel_against_ref does, in one fresh process (as in
-# bench/torch_cuda_compile.py).
-KERNELBENCH_WAY = r"""
-import sys, torch
-ref_src, custom_src = open(sys.argv[1]).read(), open(sys.argv[2]).read()
-ref, custom = {}, {}
-exec(ref_src, ref)
-exec(custom_src, custom)
-def seeded(seed):
-    torch.manual_seed(seed); torch.cuda.manual_seed(seed)
-seeded(42); init = ref["get_init_inputs"]()
-seeded(42); model = ref["Model"](*init).cuda()
-seeded(42); model_new = custom["ModelNew"](*init).cuda()
-torch.cuda.synchronize()
-with torch.no_grad():
-    for trial in range(5):
-        seeded(trial); inputs = [x.cuda() for x in ref["get_inputs"]()]
-        assert torch.allclose(model(*inputs), model_new(*inputs), atol=1e-2, rtol=1e-2)
-    inputs = [x.cuda() for x in ref["get_inputs"]()]
-    times = []
-    for _ in range(100):
-        s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
-        s.record(); model_new(*inputs); e.record(); torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-times.sort(); print(times[50])
-"""
+# What KernelBench's eval_kernel_against_ref does, in one fresh process: the harness of
+# bench/torch_cuda_compile.py, shared so that both benches measure the same procedure.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from torch_cuda_compile import KERNELBENCH_PATH as KERNELBENCH_WAY  # noqa: E402
 
 
 def batch(repeat):
