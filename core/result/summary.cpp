@@ -34,10 +34,59 @@ bool bool_at(const json::object& o, std::string_view key) {
   return v != nullptr && v->is_bool() && v->get_bool();
 }
 
+// Text a terminal shows as text and nothing else. A compiler log, a validation error, a flag's
+// reason can hold what the candidate wrote, and escape sequences in it could move the cursor and
+// overwrite the verdict line a person reads ("CORRECT  speedup 45x"): control characters (C0,
+// DEL, C1 as UTF-8) and the bidirectional overrides that reorder what is shown ("Trojan Source")
+// are written as \xNN / \u{NNNN} instead. A tab becomes a space.
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  char buf[16];
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\t') {
+      out += ' ';
+    } else if (c < 0x20 || c == 0x7f) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else if (c == 0xc2 && i + 1 < text.size() &&
+               static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+      std::snprintf(buf, sizeof buf, "\\u{%04x}", static_cast<unsigned char>(text[i + 1]));
+      out += buf;
+      ++i;
+    } else if (c == 0xe2 && i + 2 < text.size()) {
+      // U+202A..U+202E (E2 80 AA..AE) and U+2066..U+2069 (E2 81 A6..A9).
+      const auto b1 = static_cast<unsigned char>(text[i + 1]);
+      const auto b2 = static_cast<unsigned char>(text[i + 2]);
+      const bool bidi =
+          (b1 == 0x80 && b2 >= 0xaa && b2 <= 0xae) || (b1 == 0x81 && b2 >= 0xa6 && b2 <= 0xa9);
+      if (bidi) {
+        const unsigned code = 0x2000u | ((b1 & 0x3fu) << 6) | (b2 & 0x3fu);
+        std::snprintf(buf, sizeof buf, "\\u{%04x}", code);
+        out += buf;
+        i += 2;
+      } else {
+        out += static_cast<char>(c);
+      }
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+// One line of untrusted text, made printable and cut to `limit` characters.
 std::string cut(std::string_view text, size_t limit = kMaxLineChars) {
-  if (text.size() <= limit)
-    return std::string(text);
-  return std::string(text.substr(0, limit - 3)) + "...";
+  std::string shown = printable(text);
+  if (shown.size() <= limit)
+    return shown;
+  // Not inside a UTF-8 sequence: back up to a character's first byte.
+  size_t end = limit - 3;
+  while (end > 0 && (static_cast<unsigned char>(shown[end]) & 0xc0) == 0x80)
+    --end;
+  return shown.substr(0, end) + "...";
 }
 
 // Milliseconds with four significant figures: 0.004213 ms, 28.98 ms, 1234 ms.
@@ -83,7 +132,7 @@ std::string timing_line(const json::object& stats) {
   if (const json::value* n = number_at(stats, "count"))
     line << sep << "n=" << n->to_number<int64_t>(), sep = "  ";
   if (const std::string method = string_at(stats, "method"); !method.empty())
-    line << sep << method;
+    line << sep << cut(method, 40);
   return line.str();
 }
 
@@ -111,7 +160,7 @@ std::string summarize(const json::object& body, const SummaryOptions& options) {
   const json::object empty;
   const json::object& kernel = result != nullptr ? *result : empty;
   const json::object* metadata = object_at(kernel, "metadata");
-  const std::string job_id = string_at(body, "job_id");
+  const std::string job_id = cut(string_at(body, "job_id"), 80);
 
   // The verdict line: one word a person can act on, then the speedup when there is one.
   std::string verdict;
@@ -124,9 +173,10 @@ std::string summarize(const json::object& body, const SummaryOptions& options) {
     verdict = paint("SKIPPED", kYellow) + "  this machine cannot run it";
     excerpt = string_at(body, "compilation_error");
   } else if (status == "failed") {
-    verdict = paint("FAILED", kRed) + "  keval or the machine failed (" +
-              (error != nullptr ? string_at(*error, "class") : std::string("infrastructure")) +
-              "), not a verdict on the kernel";
+    verdict =
+        paint("FAILED", kRed) + "  keval or the machine failed (" +
+        (error != nullptr ? cut(string_at(*error, "class"), 40) : std::string("infrastructure")) +
+        "), not a verdict on the kernel";
     if (error != nullptr)
       excerpt = string_at(*error, "message");
   } else if (!bool_at(kernel, "compiled")) {
@@ -152,8 +202,9 @@ std::string summarize(const json::object& body, const SummaryOptions& options) {
     out << "  job        " << job_id;
     if (metadata != nullptr)
       if (const json::object* device = object_at(*metadata, "device")) {
-        const std::string name = string_at(*device, "name");
-        out << "  on " << string_at(*device, "type") << (name.empty() ? "" : " (" + name + ")");
+        const std::string name = cut(string_at(*device, "name"), 80);
+        out << "  on " << cut(string_at(*device, "type"), 20)
+            << (name.empty() ? "" : " (" + name + ")");
       }
     out << "\n";
   }

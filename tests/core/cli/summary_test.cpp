@@ -107,6 +107,51 @@ TEST(Summary, SkippedProgramSaysWhy) {
   EXPECT_TRUE(has(s, "needs compute capability 10.0")) << s;
 }
 
+// What the candidate wrote reaches the summary (a compiler log quotes its source, a flag's reason
+// its output): escape sequences there must not move the cursor or repaint the verdict a person
+// reads, nor may bidirectional overrides reorder it. They are shown as escapes.
+TEST(Summary, TheCandidatesTextCannotRepaintTheTerminal) {
+  json::object body;
+  body["job_id"] = "j\x1b[2J";
+  body["status"] = "success";
+  body["compilation_error"] =
+      "kernel.cu(1): error\x1b[1A\x1b[2K\r\x1b[1;32mCORRECT\x1b[0m  speedup 45.00x\n"
+      "\xc2\x9b"
+      "31m C1 CSI\n"
+      "evil \xe2\x80\xae"
+      "txt.exe \xe2\x81\xa6"
+      "isolate\x07\x7f tab\there";
+  body["kernel_exec_result"] = json::object{
+      {"compiled", false},
+      {"correctness", false},
+      {"metadata",
+       json::object{{"flags", json::array{json::object{{"name", "static"},
+                                                       {"reason", "said \x1b]0;title\x07"}}}},
+                    {"device", json::object{{"type", "cuda\x1b[H"}, {"name", "H100"}}}}}};
+  const std::string s = summarize(body);
+  EXPECT_EQ(s.find('\x1b'), std::string::npos) << s;
+  EXPECT_EQ(s.find('\r'), std::string::npos) << s;
+  EXPECT_EQ(s.find('\x07'), std::string::npos) << s;
+  EXPECT_EQ(s.find('\x7f'), std::string::npos) << s;
+  EXPECT_EQ(s.find("\xc2\x9b"), std::string::npos) << s;
+  EXPECT_EQ(s.find("\xe2\x80\xae"), std::string::npos) << s;
+  EXPECT_EQ(s.find("\xe2\x81\xa6"), std::string::npos) << s;
+  EXPECT_TRUE(has(s, "COMPILE ERROR\n")) << s;
+  EXPECT_TRUE(has(s, "error\\x1b[1A\\x1b[2K\\x0d\\x1b[1;32mCORRECT")) << s;
+  EXPECT_TRUE(has(s, "\\u{009b}31m C1 CSI")) << s;
+  EXPECT_TRUE(has(s, "evil \\u{202e}txt.exe \\u{2066}isolate\\x07\\x7f tab here")) << s;
+  EXPECT_TRUE(has(s, "said \\x1b]0;title\\x07")) << s;
+  EXPECT_TRUE(has(s, "job        j\\x1b[2J  on cuda\\x1b[H (H100)")) << s;
+  // Ordinary UTF-8 is left alone, and a cut never splits a character.
+  json::object accents;
+  accents["job_id"] = "j";
+  accents["status"] = "success";
+  accents["validation_error"] = std::string(155, 'a') + "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9";
+  accents["kernel_exec_result"] = json::object{{"compiled", true}, {"correctness", false}};
+  const std::string a = summarize(accents);
+  EXPECT_TRUE(has(a, std::string(155, 'a') + "\xc3\xa9...")) << a;
+}
+
 TEST(Summary, BodiesOfTheWrongShapeDoNotThrow) {
   for (const char* text : {R"({})", R"({"status": 3, "kernel_exec_result": []})",
                            R"({"job_id": 1, "speedup": "x", "kernel_exec_result": {"metadata":
