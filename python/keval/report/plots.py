@@ -14,6 +14,15 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .metrics import CORRECT, RunMetrics, verdict_order
 
+
+def _plain_log_ticks(ax: Any) -> None:
+    """Speedups read as 0.5, 1, 2, not 5x10^-1: plain numbers on the major ticks, and no labels
+    on the minor ones (over a narrow range matplotlib labels those too, and they overlap)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
 NO_MATPLOTLIB = "plots need matplotlib: pip install 'keval[report]'"
 
 #: Colour-blind-safe palette (Okabe-Ito) for runs; verdicts get their own fixed colours.
@@ -94,6 +103,7 @@ def fast_p_plot(mpl: Any, metrics: Sequence[RunMetrics]) -> bytes:
     ax.text(1.0, 1.02, "p = 1", transform=ax.get_xaxis_transform(), ha="center", va="bottom",
             fontsize=8, color="#444444")
     ax.set_xscale("log")
+    _plain_log_ticks(ax)
     ax.set_xlim(low, high)
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("speedup threshold p (reference time / kernel time)")
@@ -124,6 +134,7 @@ def speedup_histogram(mpl: Any, metrics: Sequence[RunMetrics]) -> bytes:
                 linewidth=1.2, label=f"{m.run.label} ({len(m.speedups)} correct)")
     ax.axvline(1.0, color="#444444", linestyle="--", linewidth=1)
     ax.set_xscale("log")
+    _plain_log_ticks(ax)
     ax.set_xlabel("speedup of correct kernels (log bins)")
     ax.set_ylabel("problems")
     ax.yaxis.get_major_locator().set_params(integer=True)
