@@ -68,7 +68,10 @@ std::unique_ptr<PrestartedWorker> WarmPool::take(PrewarmSet prewarm) {
     pools_.splice(pools_.begin(), pools_, pool);
   }
   SetPool& current = pools_.front();
-  current.demand.push_back(sizing_.now());
+  const auto now = sizing_.now();
+  while (!current.demand.empty() && current.demand.front() < now - kDemandWindow)
+    current.demand.pop_front(); // bounded by the arrivals of one window
+  current.demand.push_back(now);
 
   std::unique_ptr<PrestartedWorker> found;
   while (!current.workers.empty() && !found) {
@@ -98,16 +101,16 @@ WarmPoolStats WarmPool::stats() const {
   out.sets = pools_.size();
   for (const auto& pool : pools_) {
     out.ready += pool.workers.size();
-    out.target += std::min(sizing_.max_size, sizing_.size + pool.demand.size());
+    out.target += target(pool);
   }
   return out;
 }
 
-size_t WarmPool::target(SetPool& pool) {
+size_t WarmPool::target(const SetPool& pool) const {
   const auto horizon = sizing_.now() - kDemandWindow;
-  while (!pool.demand.empty() && pool.demand.front() < horizon)
-    pool.demand.pop_front();
-  return std::min(sizing_.max_size, sizing_.size + pool.demand.size());
+  const auto recent = static_cast<size_t>(std::count_if(
+      pool.demand.begin(), pool.demand.end(), [&](Clock::time_point t) { return t >= horizon; }));
+  return std::min(sizing_.max_size, sizing_.size + recent);
 }
 
 void WarmPool::refill(SetPool& pool) {

@@ -85,8 +85,8 @@ private:
     std::deque<std::unique_ptr<PrestartedWorker>> workers;
     std::deque<Clock::time_point> demand; // its jobs' arrivals within kDemandWindow
   };
-  size_t target(SetPool& pool); // with mutex_ held; drops arrivals older than the window
-  void refill(SetPool& pool);   // with mutex_ held
+  size_t target(const SetPool& pool) const; // with mutex_ held: size + recent demand, capped
+  void refill(SetPool& pool);               // with mutex_ held
 
   boost::asio::any_io_executor executor_;
   std::filesystem::path worker_exe_;

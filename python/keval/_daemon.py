@@ -8,6 +8,7 @@ again. Private: ``keval.Client`` is the public face; ``keval.compute_eval`` uses
 
 from __future__ import annotations
 
+import email.utils
 import http.client
 import json
 import os
@@ -187,6 +188,22 @@ class TcpClient(_JsonHTTPClient):
 
     def describe(self) -> str:
         return self.url
+
+
+def retry_after_seconds(headers: Dict[str, str]) -> Optional[float]:
+    """A ``Retry-After`` header (lower-case key, as the clients keep headers) in seconds from now:
+    delay-seconds or an HTTP date; None when absent or unreadable."""
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+    except (TypeError, ValueError, IndexError):
+        return None
 
 
 def read_token_file(path: str) -> str:

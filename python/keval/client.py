@@ -22,7 +22,7 @@ import urllib.parse
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, TypeVar
 
 from ._daemon import (WAIT_FOREVER, DaemonError, LocalDaemon, TcpClient, UnixClient,
-                      default_socket_path, read_token_file)
+                      default_socket_path, read_token_file, retry_after_seconds)
 from .results import EvalResult, Health, Job
 
 __all__ = ["AsyncClient", "Client", "DaemonUnavailable", "JobTimeout", "KevalError",
@@ -74,7 +74,7 @@ class KevalHTTPError(KevalError):
         if not isinstance(message, str):
             message = str(self.body.get("raw", "") or "")[:500]
         self.message: str = message
-        self.retry_after: Optional[float] = _retry_after(self.headers)
+        self.retry_after: Optional[float] = retry_after_seconds(self.headers)
         where = f" at {self.path}" if self.path else ""
         text = f"HTTP {status}"
         if self.error_class:
@@ -82,13 +82,6 @@ class KevalHTTPError(KevalError):
         if request:
             text = f"{request}: {text}"
         super().__init__(f"{text}{where}: {self.message}" if self.message else text + where)
-
-
-def _retry_after(headers: Mapping[str, str]) -> Optional[float]:
-    try:
-        return float(headers["retry-after"])
-    except (KeyError, ValueError):
-        return None
 
 
 def _jsonable(value: Any) -> Any:

@@ -243,7 +243,7 @@ public:
 private:
   void run_steps() {
     start_runners();
-    step("runners_started", "runners started");
+    step("runners_started");
     // A whole program (docs/cuda_program.md): its own pipeline, with the runner just loaded.
     if (custom().has(KEVAL_CAP_PROGRAM)) {
       if (request_.ref)
@@ -261,11 +261,11 @@ private:
       opener_.start(); // this process's device, opened while the probe runs and the sides compile
 #endif
       probe_cuda_once();
-      step("cuda_probed", "CUDA probed");
+      step("cuda_probed");
     }
     if (!compile_all())
       return;
-    step("compiled", "compiled");
+    step("compiled");
     if (job_.input_data_error) {
       // Before a device is held. No side's: the result says the request is at fault.
       fail_validation(error_json(kInvalidInputData, job_.input_data_error->message,
@@ -274,28 +274,28 @@ private:
     }
     if (!acquire_device())
       return;
-    step("granted", "granted");
+    step("granted");
     // The runners open their contexts and bind while this process opens its own: side by side.
     const std::vector<int64_t> binding = send_binds();
     engine_ = open_engine();
-    step("engine_open", "engine open");
+    step("engine_open");
     if (!engine_ || !finish_binds(binding))
       return;
-    step("bound", "bound");
+    step("bound");
     if (validate()) {
-      step("validated", "validated");
+      step("validated");
       profile();
-      step("profiled", "profiled");
+      step("profiled");
     }
   }
 
   // Where a job's time goes inside the worker: the `timeline` of `done` (the host's /stats
   // breakdown, the response's metadata.worker.timeline_ms) and, for KEVAL_LOG_LEVEL=debug, the
   // log.
-  void step(const char* key, const char* what) {
+  void step(const char* key) {
     const double ms = ms_since(started_);
     timeline_[key] = ms;
-    spdlog::debug("job {}: {} at {:.1f} ms", job_.job_id, what, ms);
+    spdlog::debug("job {}: {} at {:.1f} ms", job_.job_id, key, ms);
   }
 
   // Every process the job started ends before the host hears `done`: the runners, and whatever
@@ -305,7 +305,7 @@ private:
   // context down), so the runners are all killed first, this process releases its own context
   // while they die, and only then are they reaped.
   void stop_runners() {
-    step("stopping", "stopping");
+    step("stopping");
     for (auto& side : sides_)
       if (side->runner)
         side->runner->kill();
@@ -314,7 +314,7 @@ private:
       if (side->runner)
         side->runner->stop();
     isolation::kill_descendants();
-    step("ended", "every process of the job ended");
+    step("ended");
   }
   // ---------------------------------------------------------------------------------------
   // Plugins and compilation (before any device is held)

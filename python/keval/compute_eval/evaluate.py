@@ -17,7 +17,6 @@ cannot be started or reached).
 
 from __future__ import annotations
 
-import email.utils
 import json
 import os
 import queue
@@ -30,7 +29,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from .._daemon import DaemonError, LocalDaemon, UnixClient
+from .._daemon import DaemonError, LocalDaemon, UnixClient, retry_after_seconds
 from .datapack import (
     DatapackError,
     datapack_name,
@@ -221,19 +220,8 @@ class Outcome:
 
 
 def _retry_after(headers: Dict[str, str], default: float = 5.0) -> float:
-    value = headers.get("retry-after")
-    if value:
-        try:
-            seconds = float(value)
-        except ValueError:
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-                seconds = when.timestamp() - time.time()
-            except (TypeError, ValueError, IndexError):
-                seconds = default
-    else:
-        seconds = default
-    return min(max(seconds, 0.1), 60.0)
+    seconds = retry_after_seconds(headers)
+    return min(max(default if seconds is None else seconds, 0.1), 60.0)
 
 
 def _error_of(body: Dict[str, Any]) -> Dict[str, Any]:
