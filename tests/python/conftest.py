@@ -26,6 +26,11 @@ def fake_daemon(short_tmp):
         daemon.stop()
 
 
+# The daemons of the client, builder, MCP and KernelBench tests exercise CPU kernel types, as the
+# tests assert (gpu_type "cpu", tensors on the CPU): on a machine with a GPU they must not take it.
+CPU_ONLY_ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+
+
 @pytest.fixture(scope="session")
 def keval_daemon():
     """A real ``keval serve`` for the client tests, with TCP on a free loopback port
@@ -35,5 +40,6 @@ def keval_daemon():
     keval_bin = os.environ.get("KEVAL_BIN")
     if not keval_bin:
         pytest.skip("KEVAL_BIN is not set (CTest sets it to the keval binary it built)")
-    with LocalDaemon(keval_bin=keval_bin, extra_args=["--listen", "127.0.0.1:0"]) as daemon:
+    with LocalDaemon(keval_bin=keval_bin, extra_args=["--listen", "127.0.0.1:0"],
+                     env=CPU_ONLY_ENV) as daemon:
         yield daemon

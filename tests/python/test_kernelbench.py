@@ -389,7 +389,8 @@ needs_daemon = pytest.mark.skipif(not KEVAL_BIN, reason="KEVAL_BIN is not set (C
 @pytest.fixture(scope="module")
 def daemon():
     from keval._daemon import LocalDaemon
-    with LocalDaemon(keval_bin=KEVAL_BIN) as d:
+    # CPU kernel types only, as the tests assert, also on a machine with a GPU.
+    with LocalDaemon(keval_bin=KEVAL_BIN, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}) as d:
         assert "torch" in (d.health.get("plugins") or [])
         yield d
 

@@ -55,7 +55,8 @@ START_TIMEOUT = 60.0
 def daemon():
     if not (os.path.isfile(KEVAL_BIN) and os.access(KEVAL_BIN, os.X_OK)):
         pytest.skip(f"no keval binary at {KEVAL_BIN} (build it, or set KEVAL_BIN)")
-    with LocalDaemon(keval_bin=KEVAL_BIN) as d:
+    # CPU kernel types only, as the tests assert, also on a machine with a GPU.
+    with LocalDaemon(keval_bin=KEVAL_BIN, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}) as d:
         assert len(d.socket_path) <= 107
         yield d
 
