@@ -56,8 +56,10 @@ def mixed(tmp_path):
                  make_solution("T/0", "timeout"),
                  make_solution("T/1", "build_error"), make_solution("T/1", "refs"),
                  make_solution("T/1", "crash"),
-                 make_solution("T/2", "skip"), make_solution("T/2", "skip"),
-                 make_solution("T/2", "skip")]
+                 # Distinct contents: a test that tells solutions apart by what they hold
+                 # (resume) must not take one skipped solution for another.
+                 make_solution("T/2", "skip", "a"), make_solution("T/2", "skip", "b"),
+                 make_solution("T/2", "skip", "c")]
     p, s = datapacks(tmp_path, problems, solutions)
     return problems, solutions, p, s
 
