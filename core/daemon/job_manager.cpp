@@ -169,6 +169,7 @@ public:
     job->record.mode = job->mode;
     job->record.warnings = request.warnings;
     job->record.strict_flags = request.strict_flags;
+    job->record.device_metrics_sides = result::device_metrics_sides(request);
     job->gpu_type = std::move(gpu_type);
     job->submitted_at = unix_now();
     job->submitted_clock = Clock::now();

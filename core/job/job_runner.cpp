@@ -118,6 +118,7 @@ result::Response run_job(const request::EvalRequest& request, const registry::Re
   record.mode = request.mode == request::EvalRequest::Mode::compare ? "compare" : "evaluate";
   record.warnings = request.warnings;
   record.strict_flags = request.strict_flags;
+  record.device_metrics_sides = result::device_metrics_sides(request);
   supervisor::JobLaunch launch = make_launch(request, registry, record.job_id, options);
   fs::create_directories(launch.work_dir);
   store.save(record.job_id, record_json(record, request.original, "compiling"));

@@ -270,6 +270,8 @@ void tag_invoke(json::value_from_tag, json::value& v, const ProfileReport& r) {
     o["sampling"] = r.sampling;
   if (!r.device_work.empty())
     o["device_work"] = r.device_work;
+  if (!r.device_metrics.empty())
+    o["device_metrics"] = r.device_metrics;
   v = std::move(o);
 }
 
@@ -288,6 +290,7 @@ ProfileReport tag_invoke(json::value_to_tag<ProfileReport>, const json::value& v
   r.checks = object_or_empty(o, "checks");
   r.sampling = object_or_empty(o, "sampling");
   r.device_work = object_or_empty(o, "device_work");
+  r.device_metrics = object_or_empty(o, "device_metrics");
   return r;
 }
 

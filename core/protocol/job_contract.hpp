@@ -122,6 +122,9 @@ struct ProfileReport {
   // {side: {traced, reason? | kernel_time{...}, work[...], outside{samples, total_ms}},
   //  kernel_speedup?}.
   boost::json::object device_work;
+  // Each side's hardware counters, when the request asked (worker/metrics/device_metrics.hpp):
+  // {side: {available, reason? | chip, passes, kernels[...], ...}}.
+  boost::json::object device_metrics;
 };
 
 // What the host keeps of a job's phases as they arrive.

@@ -86,6 +86,16 @@ struct IOContract {
   std::optional<LaunchConfig> launch;
 };
 
+// keval: hardware counters of a side's kernels, collected after its timing (`device_metrics`:
+// true, false, or a list of sections and Perfworks metric names). Seed 000's categories.
+inline constexpr std::string_view kDeviceMetricSections[] = {"speed_of_light", "occupancy",
+                                                             "memory", "compute", "detailed"};
+struct DeviceMetricsRequest {
+  bool enabled = true;               // false: `"device_metrics": false`, which turns a side off
+  std::vector<std::string> sections; // of kDeviceMetricSections
+  std::vector<std::string> metrics;  // raw Perfworks names ("dram__bytes_read.sum")
+};
+
 // KernelCode: one kernel of a request.
 struct KernelCode {
   std::string source_code;
@@ -93,6 +103,8 @@ struct KernelCode {
   boost::json::object metadata; // {} when absent
   std::optional<IOContract> io;
   boost::json::value io_json; // the `io` object exactly as sent (null when absent)
+  // keval: this side's device metrics, over the request's own (absent: the request's).
+  std::optional<DeviceMetricsRequest> device_metrics;
 };
 
 // Tolerances for correctness (the V2 contract default: atol = rtol = 1e-2).
@@ -138,6 +150,15 @@ struct EvalRequest {
   // library_only and the kernel time come from. Off, samples are timed untraced (no
   // instrumentation in the timed region at all) and the result says so.
   bool device_trace = true;
+  // keval: device metrics for both sides (each side's own `device_metrics` wins); absent: none.
+  std::optional<DeviceMetricsRequest> device_metrics;
+  // What a side asked for: its own setting, else the request's; nullopt when it wants none.
+  std::optional<DeviceMetricsRequest> device_metrics_for(const KernelCode& side) const {
+    const auto& chosen = side.device_metrics ? side.device_metrics : device_metrics;
+    if (!chosen || !chosen->enabled)
+      return std::nullopt;
+    return chosen;
+  }
   bool async = false;                // daemon only
   std::optional<std::string> job_id; // client-chosen id, else generated
   boost::json::object original;      // the request as sent, kept for the job record

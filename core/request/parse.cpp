@@ -129,6 +129,58 @@ std::string parse_source_code(const json::value& value, const std::string& path,
   return std::string(source);
 }
 
+// `device_metrics`: true (every section), false (none), or a list of section names and Perfworks
+// metric names ("dram__bytes_read.sum": unit__counter, then its rollups and submetrics).
+bool is_metric_name(std::string_view name) {
+  const size_t unit_end = name.find("__");
+  if (name.empty() || name.size() > 128 || unit_end == 0 || unit_end == std::string_view::npos ||
+      unit_end + 2 >= name.size())
+    return false;
+  bool previous_dot = false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool dot = c == '.';
+    if (!(dot || c == '_' || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')))
+      return false;
+    if (dot && (i < unit_end || previous_dot || i + 1 == name.size()))
+      return false;
+    previous_dot = dot;
+  }
+  return true;
+}
+
+DeviceMetricsRequest parse_device_metrics(const json::value& value, const std::string& path) {
+  constexpr size_t kMaxEntries = 64;
+  DeviceMetricsRequest request;
+  if (value.is_bool()) {
+    request.enabled = value.get_bool();
+    if (request.enabled)
+      request.sections.assign(std::begin(kDeviceMetricSections), std::end(kDeviceMetricSections));
+    return request;
+  }
+  const json::array* list = value.if_array();
+  if (list == nullptr)
+    throw RequestError(path, "must be true, false, or a list of sections and metric names");
+  if (list->empty() || list->size() > kMaxEntries)
+    throw RequestError(path, "must list 1 to " + std::to_string(kMaxEntries) + " entries");
+  for (size_t i = 0; i < list->size(); ++i) {
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    const std::string_view entry = read_string((*list)[i], at);
+    auto& into = std::find(std::begin(kDeviceMetricSections), std::end(kDeviceMetricSections),
+                           entry) != std::end(kDeviceMetricSections)
+                     ? request.sections
+                     : request.metrics;
+    if (&into == &request.metrics && !is_metric_name(entry))
+      throw RequestError(at, "'" + std::string(entry.substr(0, 64)) +
+                                 "' is neither a section (speed_of_light, occupancy, memory, "
+                                 "compute, detailed) nor a Perfworks metric name such as "
+                                 "dram__bytes_read.sum");
+    if (std::find(into.begin(), into.end(), entry) == into.end())
+      into.emplace_back(entry);
+  }
+  return request;
+}
+
 KernelCode parse_kernel_code(const json::value& value, const std::string& path,
                              const ParseContext& ctx) {
   ObjectReader reader(value, path, ctx);
@@ -148,6 +200,8 @@ KernelCode parse_kernel_code(const json::value& value, const std::string& path,
     kernel.io = parse_io(*io, reader.path_of("io"), ctx);
     kernel.io_json = *io;
   }
+  if (const json::value* metrics = reader.optional("device_metrics"))
+    kernel.device_metrics = parse_device_metrics(*metrics, reader.path_of("device_metrics"));
   reader.warn_unknown_fields();
   return kernel;
 }
@@ -257,6 +311,8 @@ void parse_settings(EvalRequest& request, ObjectReader& reader, const Limits& li
     request.min_samples = read_positive_int(*min, "min_samples", limits.max_num_trials);
   if (const json::value* trace = reader.optional("device_trace"))
     request.device_trace = read_bool(*trace, "device_trace");
+  if (const json::value* metrics = reader.optional("device_metrics"))
+    request.device_metrics = parse_device_metrics(*metrics, "device_metrics");
   if (const json::value* async = reader.optional("async"))
     request.async = read_bool(*async, "async");
   if (const json::value* job_id = reader.optional("job_id"))

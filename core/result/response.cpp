@@ -96,6 +96,15 @@ json::object worker_json(const supervisor::SessionOutcome& o) {
 
 } // namespace
 
+std::vector<std::string> device_metrics_sides(const request::EvalRequest& request) {
+  std::vector<std::string> sides;
+  if (request.device_metrics_for(request.kernel))
+    sides.emplace_back("custom");
+  if (request.ref && request.device_metrics_for(*request.ref))
+    sides.emplace_back("ref");
+  return sides;
+}
+
 Response build_response(const JobRecord& record) {
   Response response;
   json::object& body = response.body;
@@ -232,8 +241,33 @@ Response build_response(const JobRecord& record) {
     if (!validated->device.empty())
       metadata["device"] = validated->device;
   }
-  if (profiled_json)
-    metadata["profiling"] = *profiled_json;
+  if (profiled_json) {
+    json::object profiling = *profiled_json;
+    profiling.erase("device_metrics"); // reported once, below
+    metadata["profiling"] = std::move(profiling);
+  }
+  // Each side's hardware counters where the request asked (seed 000's metadata.device_metrics for
+  // the candidate, the reference's beside it), with the reason wherever there are none.
+  std::vector<std::string> metric_sides = record.device_metrics_sides;
+  if (profiled)
+    for (const char* side : {"custom", "ref"})
+      if (profiled->device_metrics.contains(side) &&
+          std::find(metric_sides.begin(), metric_sides.end(), side) == metric_sides.end())
+        metric_sides.emplace_back(side); // a record reloaded from disk knows no request
+  for (const auto& side : metric_sides) {
+    const json::value* collected = profiled ? profiled->device_metrics.if_contains(side) : nullptr;
+    json::value report;
+    if (collected != nullptr && collected->is_object()) {
+      report = *collected;
+    } else {
+      std::string why = "not collected: the job ended before its timing finished";
+      if (profiled_json && profiled_json->contains("program"))
+        why = "not collected: a whole program (cuda_program) is timed by its own benchmark "
+              "command, whose kernels keval does not replay; point ncu at its benchmark_command";
+      report = json::object{{"available", false}, {"reason", why}};
+    }
+    metadata[side == "ref" ? "ref_device_metrics" : "device_metrics"] = std::move(report);
+  }
   metadata["flags"] = std::move(flags);
   if (validated && validated->seed)
     metadata["seed"] = *validated->seed;

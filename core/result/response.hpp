@@ -2,6 +2,7 @@
 // response, and classifying it into the three failure classes of the V2 contract.
 #pragma once
 
+#include "request/model.hpp"
 #include "supervisor/worker_session.hpp"
 
 #include <map>
@@ -29,6 +30,9 @@ struct JobRecord {
   std::vector<std::string> warnings;
   // The request's `strict`: flags that make the result incorrect.
   std::vector<std::string> strict_flags;
+  // The sides ("custom", "ref") whose device metrics the request asked for: each gets
+  // device_metrics in the response, with the reason when the job produced none.
+  std::vector<std::string> device_metrics_sides;
   std::map<std::string, boost::json::object> phases; // "compiled", "validated", "profiled"
   std::optional<supervisor::SessionOutcome> outcome;
 };
@@ -39,6 +43,9 @@ struct Response {
 };
 
 Response build_response(const JobRecord& record);
+
+// The sides of `request` that asked for device metrics (JobRecord::device_metrics_sides).
+std::vector<std::string> device_metrics_sides(const request::EvalRequest& request);
 
 // The body for a rejected request: {"status": "failed", "error": {...}} with the JSON path.
 boost::json::object bad_request_body(const std::string& path, const std::string& message);

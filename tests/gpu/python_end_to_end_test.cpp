@@ -124,6 +124,29 @@ TEST_F(TritonGpu, SeedExampleEvaluatesAndIsCompiledBeforeTheGrant) {
             << exec(r).at("runtime_stats").at("median").to_number<double>() << " ms\n";
 }
 
+// Device metrics (issue 18) for the Python kernel types: the torch reference's and the Triton
+// candidate's kernels, each counted in its own process and named from its trace.
+TEST_F(TritonGpu, DeviceMetricsCountBothSidesKernels) {
+  json::object request = compare(torch_function("x + y", "add"), triton(kTritonSource), 20);
+  request["device_metrics"] = json::array{"speed_of_light", "memory"};
+  const auto r = run_request(request, true, built_registry());
+  ASSERT_EQ(r.verdict, Verdict::success) << json::serialize(r.body);
+  for (const char* side : {"device_metrics", "ref_device_metrics"}) {
+    const auto& metrics = exec(r).at("metadata").at(side).as_object();
+    ASSERT_TRUE(metrics.at("available").as_bool()) << side << ": " << json::serialize(metrics);
+    const auto& kernels = metrics.at("kernels").as_array();
+    ASSERT_FALSE(kernels.empty()) << side;
+    const auto& kernel = kernels.at(0).as_object();
+    EXPECT_EQ(text(kernel.at("name")).rfind("kernel ", 0), std::string::npos)
+        << side << " kernels are named from the trace: " << json::serialize(kernel);
+    EXPECT_GT(kernel.at("speed_of_light").at("duration").at("value").to_number<double>(), 0.0);
+    EXPECT_EQ(text(kernel.at("roofline").at("bound")), "memory") << json::serialize(kernel);
+  }
+  EXPECT_NE(text(exec(r).at("metadata").at("device_metrics").at("kernels").at(0).at("name"))
+                .find("vector_add_kernel"),
+            std::string::npos);
+}
+
 TEST_F(TritonGpu, ComparedAgainstATorchReferenceOnTheSameInputs) {
   const auto r = run_request(compare(torch_function("x + y", "add"), triton(kTritonSource), 50),
                              true, built_registry());

@@ -1,4 +1,5 @@
 #include "worker/cuda/detail/activity_trace.hpp"
+#include "worker/cuda/detail/cupti_library.hpp"
 
 #include <atomic>
 #include <cstdlib>
@@ -32,32 +33,6 @@ struct CuptiApi {
   KEVAL_CUPTI_FUNCTIONS(KEVAL_CUPTI_DECLARE)
 #undef KEVAL_CUPTI_DECLARE
 };
-
-std::string soname() {
-  return "libcupti.so." + std::to_string(CUDA_VERSION / 1000);
-}
-
-// One CUPTI per process: the copy a library already loaded (torch's own), else one on the loader's
-// path, else the toolkit's we were built with (KEVAL_CUPTI_DIRS, ':'-separated).
-void* open_cupti(std::string& why) {
-  const std::string name = soname();
-  if (void* handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_NOLOAD))
-    return handle;
-  if (void* handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))
-    return handle;
-  std::string tried = name;
-  std::string_view dirs = KEVAL_CUPTI_DIRS;
-  while (!dirs.empty()) {
-    const size_t colon = dirs.find(':');
-    const std::string path = std::string(dirs.substr(0, colon)) + "/" + name;
-    dirs = colon == std::string_view::npos ? std::string_view() : dirs.substr(colon + 1);
-    if (void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL))
-      return handle;
-    tried += ", " + path;
-  }
-  why = "CUPTI is not installed: cannot load " + tried;
-  return nullptr;
-}
 
 std::string result_text(const CuptiApi& api, CUptiResult result) {
   const char* text = nullptr;
@@ -142,7 +117,15 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-      keep(c, {TracedWork::Kind::kernel, demangle(c, k->name), k->start, k->end, k->streamId});
+      LaunchShape launch;
+      launch.grid[0] = k->gridX, launch.grid[1] = k->gridY, launch.grid[2] = k->gridZ;
+      launch.block[0] = k->blockX, launch.block[1] = k->blockY, launch.block[2] = k->blockZ;
+      launch.registers_per_thread = k->registersPerThread;
+      launch.static_shared_bytes = k->staticSharedMemory;
+      launch.dynamic_shared_bytes = k->dynamicSharedMemory;
+      launch.shared_carveout_bytes = k->sharedMemoryExecuted;
+      keep(c,
+           {TracedWork::Kind::kernel, demangle(c, k->name), k->start, k->end, k->streamId, launch});
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -169,13 +152,13 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
 // Loads CUPTI and turns tracing on; the reason when it cannot (empty when it did).
 std::string enable() {
   std::string why;
-  void* handle = open_cupti(why);
+  void* handle = open_cupti_library(why);
   if (handle == nullptr)
     return why;
 #define KEVAL_CUPTI_RESOLVE(name)                                                                  \
   g_api.name = reinterpret_cast<decltype(g_api.name)>(::dlsym(handle, #name));                     \
   if (g_api.name == nullptr)                                                                       \
-    return "CUPTI (" + soname() + ") lacks " #name;
+    return "CUPTI (" + cupti_soname() + ") lacks " #name;
   KEVAL_CUPTI_FUNCTIONS(KEVAL_CUPTI_RESOLVE)
 #undef KEVAL_CUPTI_RESOLVE
   if (const CUptiResult r =

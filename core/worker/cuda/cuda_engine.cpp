@@ -6,6 +6,7 @@
 #include "tensor/host_tensor.hpp"
 #include "tensor/poison.hpp"
 #include "worker/cuda/detail/activity_trace.hpp"
+#include "worker/cuda/detail/counter_profiler.hpp"
 #include "worker/cuda/detail/cuda_timer.hpp"
 #include "worker/cuda/detail/device_session.hpp"
 #include "worker/cuda/detail/device_view.hpp"
@@ -14,10 +15,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 namespace keval::worker {
@@ -389,7 +392,93 @@ public:
     return timer;
   }
 
+  DeviceCounters collect_counters(const std::vector<std::string>& metrics, size_t max_kernels,
+                                  const std::function<void()>& run) override {
+    session_.throw_if_faulted();
+    session_.synchronize_context();
+    // The trace names the kernels and says how each was launched (CUPTI numbers the profiler's
+    // ranges): started here if the samples were not traced, emptied of what came before.
+    detail::ActivityTrace* trace = nullptr;
+    try {
+      trace = &detail::ActivityTrace::start();
+      trace->take();
+    } catch (const detail::TraceUnavailable&) {
+      trace = nullptr;
+    } catch (const TraceLost&) {
+    }
+    // Counters are one per device: a job on the same GPU reading them (its own metrics) holds
+    // them for a second or two. Waited for, up to a bound.
+    DeviceCounters counters;
+    for (int attempt = 0;; ++attempt) {
+      try {
+        counters = detail::collect_counters(
+            session_.context(), session_.ordinal(), detail::CounterRequest{metrics, max_kernels},
+            [this] {
+              session_.flush_l2();
+              session_.synchronize_context();
+            },
+            [this, &run] {
+              run();
+              session_.synchronize_context();
+            });
+        break;
+      } catch (const detail::CountersBusy&) {
+        if (attempt == kBusyAttempts)
+          throw;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+    std::vector<TracedWork> launched;
+    if (trace != nullptr) {
+      try {
+        for (auto& work : trace->take())
+          if (work.kind == TracedWork::Kind::kernel && work.name.rfind("keval_", 0) != 0)
+            launched.push_back(std::move(work));
+      } catch (const TraceLost&) {
+        launched.clear();
+      }
+    }
+    // The trace holds one record per kernel launched (replays are not launches), in the order
+    // of the profiler's ranges. Where the two disagree the kernels are left unnamed.
+    const size_t n = counters.kernels.size();
+    const bool named = n > 0 && launched.size() == n;
+    for (size_t i = 0; i < n; ++i) {
+      CountedKernel& k = counters.kernels[i];
+      if (named) {
+        k.name = clean_work_name(launched[i].name);
+        k.launch = launched[i].launch;
+      } else {
+        k.name = "kernel " + std::to_string(i + 1);
+      }
+    }
+    counters.limits = sm_limits();
+    return counters;
+  }
+
 private:
+  static constexpr int kBusyAttempts = 300; // 30 s
+
+  SmLimits sm_limits() {
+    const auto attribute = [this](CUdevice_attribute which, const char* name) {
+      int value = 0;
+      session_.check(api().cuDeviceGetAttribute(&value, which, session_.device()), name);
+      return static_cast<int64_t>(value);
+    };
+    SmLimits l;
+    l.sm_count = attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "MULTIPROCESSOR_COUNT");
+    l.max_warps =
+        attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, "MAX_THREADS_PER_SM") / 32;
+    l.max_blocks =
+        attribute(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, "MAX_BLOCKS_PER_SM");
+    l.registers =
+        attribute(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, "MAX_REGISTERS_PER_SM");
+    l.shared_bytes = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+                               "MAX_SHARED_MEMORY_PER_SM");
+    l.reserved_shared_per_block = attribute(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK,
+                                            "RESERVED_SHARED_MEMORY_PER_BLOCK");
+    return l;
+  }
+
   std::unique_ptr<CudaTensor> allocate_tensor(DType dtype, const std::vector<int64_t>& shape,
                                               Sharing sharing) {
     session_.throw_if_faulted();

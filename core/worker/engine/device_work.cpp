@@ -12,6 +12,14 @@ namespace keval::worker {
 
 namespace json = boost::json;
 
+std::string clean_work_name(std::string_view name) {
+  std::string out(name.substr(0, kMaxWorkNameBytes));
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e)
+      c = '?';
+  return out;
+}
+
 std::string_view kind_name(TracedWork::Kind kind) {
   switch (kind) {
   case TracedWork::Kind::kernel:
@@ -46,13 +54,6 @@ uint64_t union_length(std::vector<Interval> intervals) {
 
 // Names come from the traced process, which runs user code: printable ASCII only (anything
 // else becomes '?') and at most kMaxWorkNameBytes, so they are safe in any JSON or log.
-std::string clean_name(std::string_view name) {
-  std::string out(name.substr(0, kMaxWorkNameBytes));
-  for (char& c : out)
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e)
-      c = '?';
-  return out;
-}
 
 void merge_streams(std::vector<uint32_t>& into, const std::vector<uint32_t>& from) {
   for (uint32_t s : from)
@@ -163,7 +164,7 @@ SampleActivity summarize_sample(const std::vector<TracedWork>& records,
       outside.emplace_back(std::max(start, end), finish);
       ran_outside = true;
     }
-    std::pair<std::string, std::string> key{kind_name(r.kind), clean_name(r.name)};
+    std::pair<std::string, std::string> key{kind_name(r.kind), clean_work_name(r.name)};
     auto& w = merged[key];
     if (w.count == 0) {
       w.kind = std::move(key.first);
@@ -223,7 +224,7 @@ SampleActivity sample_activity_from_json(const json::object& o) {
     const json::string* name = field(*e, "name", where).if_string();
     if (name == nullptr)
       throw std::invalid_argument(where + ".name must be a string");
-    w.name = clean_name(*name);
+    w.name = clean_work_name(*name);
     w.count = count_of(*e, "count", where);
     w.total_ms = millis(*e, "total_ms", where);
     w.outside = count_of(*e, "outside", where);

@@ -27,6 +27,16 @@
 
 namespace keval::worker {
 
+// How a kernel was launched, as the trace recorded it: what its theoretical occupancy follows from.
+struct LaunchShape {
+  int64_t grid[3] = {1, 1, 1};
+  int64_t block[3] = {1, 1, 1};
+  int64_t registers_per_thread = 0;
+  int64_t static_shared_bytes = 0;
+  int64_t dynamic_shared_bytes = 0;
+  int64_t shared_carveout_bytes = 0; // the shared memory the driver configured the SM with
+};
+
 // One piece of device work as the trace recorded it; times in nanoseconds of the device's clock.
 struct TracedWork {
   enum class Kind { kernel, memcpy, memset };
@@ -35,6 +45,7 @@ struct TracedWork {
   uint64_t start_ns = 0;
   uint64_t end_ns = 0;
   uint32_t stream = 0; // the trace's stream id
+  LaunchShape launch;  // kernels only
 };
 
 std::string_view kind_name(TracedWork::Kind kind);
@@ -47,6 +58,10 @@ public:
 
 // Names longer than this are cut (a kernel's demangled name can run to kilobytes of templates).
 inline constexpr size_t kMaxWorkNameBytes = 256;
+// A name from the process that ran the kernel, made safe to report: cut to kMaxWorkNameBytes,
+// anything but printable ASCII replaced by '?'.
+std::string clean_work_name(std::string_view name);
+
 // Distinct (kind, name) entries kept per sample and per inventory; the rest are summed into one
 // entry named "(other)".
 inline constexpr size_t kMaxWorkEntries = 32;

@@ -6,6 +6,7 @@
 #include "common/unique_fd.hpp"
 #include "request/model.hpp"
 #include "tensor/compare.hpp"
+#include "worker/engine/device_counters.hpp"
 #include "worker/engine/device_work.hpp"
 
 #include <keval/plugin.h>
@@ -146,6 +147,16 @@ public:
   // `trace` false: samples are not traced even where they could be (untraced_reason says so).
   virtual std::unique_ptr<class Timer> make_timer(std::function<void()> launch, bool capture = true,
                                                   bool trace = true) = 0;
+
+  // The hardware counters `metrics` (Perfworks names) of each kernel `run` issues, at most
+  // `max_kernels` of them: `run` launches and waits, and is called once, after an L2 flush (the
+  // profiler replays each kernel as often as the counters need). Never while a timed sample is
+  // taken. Throws CountersUnavailable where counters cannot be read (always on the CPU).
+  virtual DeviceCounters collect_counters(const std::vector<std::string>& metrics,
+                                          size_t max_kernels, const std::function<void()>& run) {
+    (void)metrics, (void)max_kernels, (void)run;
+    throw CountersUnavailable("device metrics need a CUDA device: this kernel ran on the CPU");
+  }
 };
 
 // The engine for the CPU: plain host memory, steady_clock timing.

@@ -15,6 +15,7 @@
 #include "worker/engine/engine.hpp"
 #include "worker/isolation/isolation.hpp"
 #include "worker/isolation/sandbox.hpp"
+#include "worker/metrics/device_metrics.hpp"
 #include "worker/pipeline/arguments.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
 #include "worker/runner/detail/wire.hpp"
@@ -573,6 +574,7 @@ private:
       json::object bind;
       bind["type"] = runner_msg::kBind;
       bind["device"] = granted_;
+      bind["nvtx_range"] = nvtx_range(*side);
       try {
         pending.push_back(side->runner->send(std::move(bind), "binding to the device"));
       } catch (const RunnerFailure&) {
@@ -1184,6 +1186,7 @@ private:
     report.sampling["noise_percent"] = std::move(noise);
     clock.report(report.sampling);
     report_device_work(timed, report);
+    collect_device_metrics(timed, report);
     report.ok = true;
     report.method = timed.front().method;
     report.device = engine_->describe();
@@ -1225,6 +1228,75 @@ private:
                json::object{{"speedup", *report.speedup},
                             {"threshold", request_.excessive_speedup_threshold}}));
     send_phase(protocol::Phase::profiled, json::value_from(report));
+  }
+
+  // The NVTX range a side's launches run in, as the V2 server names them, so that an external
+  // `ncu --nvtx --nvtx-include "{job_id}_custom/"` still finds a side's kernels.
+  std::string nvtx_range(const Side& side) const {
+    return job_.job_id + (side.name == "ref" ? "_original" : "_custom");
+  }
+
+  // After every timed sample, never while one is taken: each side that asked for device metrics
+  // runs its launch again under the counter profiler, in its own runner, on the last sample's
+  // inputs (worker/metrics/). What its process sends back is data for the report, never for the
+  // verdict, and a side whose counters cannot be read gets the reason instead; the job is
+  // otherwise unaffected.
+  void collect_device_metrics(std::vector<Timed>& timed, protocol::ProfileReport& report) {
+    constexpr int64_t kMaxKernels = 64;
+    for (auto& t : timed) {
+      const auto wanted = request_.device_metrics_for(*t.side->code);
+      if (!wanted)
+        continue;
+      const std::string key = t.side->name == "ref" ? "ref" : "custom";
+      // The profiler replays each kernel once per pass, about twenty passes for every section,
+      // with its memory saved and restored around them. A job that could not finish them inside
+      // its timeout keeps its timing and says so.
+      const double median_ms = tensor::compute_stats(t.samples).median;
+      const double left_ms = request_.timeout_s * 1000 - ms_since(started_);
+      if (median_ms * 40 + 5000 > left_ms) {
+        report.device_metrics[key] = metrics::unavailable_report(
+            "not collected: about 40 replays of the launch (" + format_ratio(median_ms) +
+            " ms each) would not fit in the " + format_ratio(left_ms / 1000) +
+            " s left of the job's timeout");
+        continue;
+      }
+      json::array names;
+      for (const auto& m : metrics::metrics_for(*wanted))
+        names.emplace_back(m);
+      json::object ask;
+      ask["type"] = runner_msg::kMetrics;
+      ask["binding"] = t.binding.id;
+      ask["metrics"] = std::move(names);
+      ask["max_kernels"] = kMaxKernels;
+      json::object side_report;
+      try {
+        json::object reply = t.side->runner->call(std::move(ask), "collecting device metrics");
+        if (!RunnerClient::ok(reply)) {
+          const RunnerError e = error_of(*t.side, reply);
+          side_report = metrics::unavailable_report(
+              "the kernel failed while its counters were collected: " + e.message);
+        } else if (const json::value* why = reply.if_contains("unavailable")) {
+          side_report = metrics::unavailable_report(
+              why->is_string() ? std::string(why->get_string()).substr(0, 1000)
+                               : std::string("the kernel's process gave no reason"));
+        } else {
+          side_report = metrics::build_report(
+              *wanted, device_counters_from_json(detail::object_field(reply, "counters")),
+              nvtx_range(*t.side));
+        }
+      } catch (const RunnerFailure& e) {
+        side_report = metrics::unavailable_report(
+            std::string("the kernel's process failed while its counters were collected: ") +
+            e.what());
+      } catch (const std::invalid_argument& e) {
+        side_report = metrics::unavailable_report(
+            std::string("the kernel's process sent counters keval cannot read: ") + e.what());
+      } catch (const detail::WireError& e) {
+        side_report = metrics::unavailable_report(
+            std::string("the kernel's process sent counters keval cannot read: ") + e.what());
+      }
+      report.device_metrics[key] = std::move(side_report);
+    }
   }
 
   // Both sides timed by one method (seed 003's point): when one side's launch could not be

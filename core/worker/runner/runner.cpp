@@ -14,6 +14,8 @@
 #ifdef KEVAL_HAVE_CUDA
 #include "worker/cuda/cuda_engine.hpp"
 #include "worker/cuda/engine_opener.hpp"
+
+#include <nvtx3/nvToolsExt.h>
 #endif
 
 #include <chrono>
@@ -192,7 +194,7 @@ private:
     if (kernel_ == nullptr)
       throw CommandError{"internal_error", "'" + type + "' before a successful compile", {}};
     if (type == runner_msg::kBind)
-      return bind(detail::object_field(command, "device"));
+      return bind(command);
     if (!engine_)
       throw WireError("'" + type + "' before 'bind'");
     if (type == runner_msg::kArgs)
@@ -206,6 +208,8 @@ private:
       return make_timer(binding, command);
     if (type == runner_msg::kSample)
       return sample(binding, fds);
+    if (type == runner_msg::kMetrics)
+      return metrics(binding, command);
     throw WireError("unknown command '" + type + "'");
   }
 
@@ -286,7 +290,13 @@ private:
     return reply;
   }
 
-  json::object bind(const json::object& device) {
+  json::object bind(const json::object& command) {
+    const json::object& device = detail::object_field(command, "device");
+    if (const json::value* range = command.if_contains("nvtx_range")) {
+      if (!range->is_string() || range->get_string().size() > 256)
+        throw WireError("'nvtx_range' must be a string of at most 256 bytes");
+      nvtx_range_ = std::string(range->get_string());
+    }
     const std::string type = detail::string_field(device, "type");
     if (type == "cpu") {
       engine_ = make_cpu_engine();
@@ -412,13 +422,56 @@ private:
       args.max_outputs = returned.size();
       args.num_outputs = &num_returned;
     }
-    PluginError error(plugin_->api(), plugin_->api().launch(kernel_, &args));
+    PluginError error(plugin_->api(), launch_in_range(args));
     std::vector<ManagedTensor> owned;
     for (size_t i = 0; i < num_returned && i < returned.size(); ++i)
       owned.emplace_back(returned[i]);
     if (error)
       throw plugin_failure(error, "kernel failed: ");
     return owned;
+  }
+
+  // The plugin's launch inside the side's NVTX range ({job_id}_original or {job_id}_custom, as
+  // the V2 server names them), so that `ncu --nvtx --nvtx-include` can pick out a side's kernels.
+  keval_error* launch_in_range(const keval_launch_args& args) {
+#ifdef KEVAL_HAVE_CUDA
+    if (!nvtx_range_.empty()) {
+      nvtxRangePushA(nvtx_range_.c_str());
+      keval_error* status = plugin_->api().launch(kernel_, &args);
+      nvtxRangePop();
+      return status;
+    }
+#endif
+    return plugin_->api().launch(kernel_, &args);
+  }
+
+  // The hardware counters of every kernel one launch issues (engine.hpp's collect_counters),
+  // after the side's timed samples. Where they cannot be read, the reply says why instead.
+  json::object metrics(Binding& binding, const json::object& command) {
+    const json::array& asked = detail::array_field(command, "metrics");
+    if (asked.empty() || asked.size() > kMaxCounterMetrics)
+      throw WireError("'metrics' must name 1 to " + std::to_string(kMaxCounterMetrics) +
+                      " metrics");
+    std::vector<std::string> names;
+    for (const auto& m : asked) {
+      if (!m.is_string())
+        throw WireError("'metrics' holds something other than a name");
+      names.emplace_back(m.get_string());
+    }
+    const uint64_t max_kernels = detail::uint_field(command, "max_kernels");
+    json::object reply;
+    try {
+      DeviceCounters counters = engine_->collect_counters(
+          names, std::min<uint64_t>(std::max<uint64_t>(max_kernels, 1), kMaxCountedKernels),
+          [this, &binding] {
+            std::vector<ManagedTensor> outputs = launch_once(binding);
+            engine_->synchronize();
+          });
+      reply["counters"] = to_json(counters);
+    } catch (const CountersUnavailable& e) {
+      reply["unavailable"] = e.what();
+    }
+    return reply;
   }
 
   json::object default_inputs(uint64_t seed, std::vector<int>& fds) {
@@ -511,6 +564,7 @@ private:
   keval_kernel* kernel_ = nullptr;
   std::map<int64_t, Binding> bindings_;
   std::vector<std::unique_ptr<Tensor>> returned_;
+  std::string nvtx_range_;
 #ifdef KEVAL_HAVE_CUDA
   EngineOpener opener_;
 #endif

@@ -14,7 +14,8 @@
 //                                                       -> {}  (the reference's source, compiled
 //                            as side "ref" in the candidate's runner before the candidate's own:
 //                            KernelBench keeps get_inputs/get_init_inputs there only)
-//   trusted: bind            {device{type, index}}      -> {}  (the runner opens its own context)
+//   trusted: bind            {device{type, index}, nvtx_range?} -> {}  (the runner opens its own
+//                            context; nvtx_range: the NVTX range its launches run in)
 //   trusted: args            {binding, args[...]} + fds -> {}  (tensors: its shared buffers)
 //   trusted: launch          {binding}                  -> {outputs[...]} + fds (returned ones)
 //   trusted: default_inputs  {seed}                     -> {tensors[...]} + fds
@@ -24,6 +25,8 @@
 //   trusted: sample          {binding}                  -> {ms, activity? | activity_lost?,
 //                                                          outputs[...]} + fds (returned ones;
 //                            activity: worker/engine/device_work.hpp's SampleActivity)
+//   trusted: metrics         {binding, metrics[], max_kernels} -> {counters} | {unavailable}
+//                            (after the timed samples: worker/engine/device_counters.hpp)
 //   trusted: unbind          {binding}                  -> {}
 //
 // A failed command answers {ok: false, error{type, message, details}}; type "device_error" means
@@ -47,6 +50,7 @@ inline constexpr const char* kDefaultInputs = "default_inputs";
 inline constexpr const char* kTimer = "timer";
 inline constexpr const char* kSample = "sample";
 inline constexpr const char* kUnbind = "unbind";
+inline constexpr const char* kMetrics = "metrics";
 
 // Frames between the two carry descriptions and summaries, never tensor data, but for `compile`:
 // it carries the side's IOContract, inline tensor data included, as the host's job frame does.

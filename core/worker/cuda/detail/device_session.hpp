@@ -95,6 +95,7 @@ public:
 
   int ordinal() const { return ordinal_; }
   CUdevice device() const { return device_; }
+  CUcontext context() const { return context_; }
   // Makes the context current on the calling thread (a session opened on another thread).
   void make_current() const;
   CUstream stream() const { return stream_; }

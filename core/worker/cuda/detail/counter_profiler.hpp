@@ -1,0 +1,47 @@
+// Hardware counters of each kernel one run of a launch issues, read by CUPTI's range profiler in
+// the process that runs it: automatic ranges (one per kernel, whatever stream or thread launched
+// it) and kernel replay (CUPTI replays each kernel once per pass the counters need, restoring the
+// memory it may touch between passes, so one run of the launch yields them all and leaves the
+// results it would have left). Nothing here is timed: worker/metrics/ makes the report of what it
+// returns.
+//
+// CUPTI is loaded at run time (detail/cupti_library.hpp); the metric names are Perfworks', as
+// `ncu --metrics` takes them.
+#pragma once
+
+#include "worker/engine/device_counters.hpp"
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace keval::worker::detail {
+
+// The counters of the device are being read by another process (a job on the same GPU); a
+// moment later they may be free.
+class CountersBusy : public CountersUnavailable {
+public:
+  using CountersUnavailable::CountersUnavailable;
+};
+
+struct CounterRequest {
+  std::vector<std::string> metrics; // Perfworks names, e.g. "dram__bytes_read.sum"
+  size_t max_kernels = 64;          // ranges the counter data holds; later kernels are not counted
+};
+
+// Runs `before_pass` (the engine's L2 flush), then `run` (it launches the kernels and waits for
+// them) once, with the range profiler on `context`, the context of device `device_ordinal`,
+// current on this thread. Throws CountersUnavailable when nothing can be counted; exceptions from
+// `run` propagate after the profiler is switched off. The kernels' names and launches are left
+// for the caller (CUPTI names automatic ranges by number).
+DeviceCounters collect_counters(CUcontext context, int device_ordinal,
+                                const CounterRequest& request,
+                                const std::function<void()>& before_pass,
+                                const std::function<void()>& run);
+
+} // namespace keval::worker::detail
