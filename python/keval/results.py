@@ -178,6 +178,20 @@ class EvalResult:
         w = self.metadata.get("warnings")
         return w if isinstance(w, list) else []
 
+    @property
+    def device_metrics(self) -> Optional[Dict[str, Any]]:
+        """The candidate's hardware counters when the request asked (``"device_metrics"``):
+        ``{"available": True, "kernels": [...], ...}`` or ``{"available": False, "reason"}``.
+        None when not asked for. docs/device_metrics.md."""
+        m = self.metadata.get("device_metrics")
+        return m if isinstance(m, dict) else None
+
+    @property
+    def ref_device_metrics(self) -> Optional[Dict[str, Any]]:
+        """The reference's, beside :attr:`device_metrics` (compare only)."""
+        m = self.metadata.get("ref_device_metrics")
+        return m if isinstance(m, dict) else None
+
     def flag(self, name: str) -> Optional[Flag]:
         """The flag called ``name``, or None."""
         return next((f for f in self.flags if f.name == name), None)

@@ -106,6 +106,17 @@ def test_compare_success_is_typed(client):
     assert isinstance(r.seed, int)
 
 
+def test_device_metrics_say_why_on_the_cpu_and_are_absent_unasked(client):
+    request = compare_request()
+    assert client.compare(request).device_metrics is None
+    request["device_metrics"] = ["memory"]
+    r = client.compare(request)
+    assert r.ok, "metrics never change the verdict"
+    for side in (r.device_metrics, r.ref_device_metrics):
+        assert side is not None and side["available"] is False
+        assert "CUDA device" in side["reason"]
+
+
 def test_wrong_kernel_is_a_result(client):
     r = client.compare(compare_request(custom=AXPY_WRONG, custom_name="axpy_wrong"))
     assert r.http_status == 200 and r.status == "success"
