@@ -335,6 +335,24 @@ def run(x, y):
     return output
 )";
 
+// Device metrics count every kernel a multi_kernel launch issues: the Triton add and torch's
+// multiply, in launch order.
+TEST_F(TritonGpu, DeviceMetricsCountEveryKernelOfAMultiKernelLaunch) {
+  json::object request =
+      compare(torch_function("(x + y) * 2"),
+              kernel("multi_kernel", kSeedMultiKernel, {{"entry_point", "run"}}, kMultiIO), 10);
+  request["custom_kernel"].as_object()["device_metrics"] = json::array{"speed_of_light"};
+  const auto r = run_request(request, true, built_registry());
+  ASSERT_EQ(r.verdict, Verdict::success) << json::serialize(r.body);
+  const auto& metrics = exec(r).at("metadata").at("device_metrics").as_object();
+  ASSERT_TRUE(metrics.at("available").as_bool()) << json::serialize(metrics);
+  const auto& kernels = metrics.at("kernels").as_array();
+  ASSERT_GE(kernels.size(), 2u) << json::serialize(metrics);
+  EXPECT_NE(text(kernels.at(0).at("name")).find("add_kernel"), std::string::npos)
+      << json::serialize(kernels);
+  EXPECT_FALSE(exec(r).at("metadata").as_object().contains("ref_device_metrics"));
+}
+
 TEST_F(TritonGpu, SeedMultiKernelExampleMatchesTorch) {
   const auto r =
       run_request(compare(torch_function("(x + y) * 2"),

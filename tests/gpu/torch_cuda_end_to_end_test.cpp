@@ -189,6 +189,29 @@ TEST_F(TorchCudaGpu, KernelBenchElementwiseAddBuildsThenHitsTheCache) {
   EXPECT_EQ(cache_state(warm), "hit");
 }
 
+// Device metrics of a load_inline kernel: counted in the candidate's runner, named from its trace,
+// inside the job's NVTX range.
+TEST_F(TorchCudaGpu, DeviceMetricsOfALoadInlineKernel) {
+  json::object request = compare(
+      ref_model(), candidate(model_new("a[idx] + b[idx]", "elementwise_add", "metrics")), 10);
+  request["device_metrics"] = json::array{"speed_of_light", "occupancy"};
+  request["job_id"] = "torch-cuda-metrics";
+  const auto r = run_request(request, true, built_registry());
+  ASSERT_EQ(r.verdict, Verdict::success) << json::serialize(r.body);
+  const auto& metrics = exec(r).at("metadata").at("device_metrics").as_object();
+  ASSERT_TRUE(metrics.at("available").as_bool()) << json::serialize(metrics);
+  EXPECT_EQ(text(metrics.at("nvtx_range")), "torch-cuda-metrics_custom");
+  bool found = false;
+  for (const auto& k : metrics.at("kernels").as_array())
+    if (text(k.at("name")).find("elementwise_add") != std::string::npos) {
+      found = true;
+      EXPECT_GT(k.at("occupancy").at("theoretical_occupancy").at("value").to_number<double>(), 0);
+      EXPECT_GT(k.at("speed_of_light").at("duration").at("value").to_number<double>(), 0);
+    }
+  EXPECT_TRUE(found) << json::serialize(metrics);
+  EXPECT_TRUE(exec(r).at("metadata").at("ref_device_metrics").at("available").as_bool());
+}
+
 // The V2 contract's TORCH_CUDA example, verbatim. It launches the kernel from cpp_sources (the seed
 // server rewrote such launches; keval compiles such cpp_sources with nvcc after cuda_sources),
 // binds a 'forward' that is never defined and calls it with one argument.
