@@ -436,3 +436,40 @@ def test_summary_paths_and_excerpts():
                                                        "runtime": -1}}, "compare")
     assert wrong["verdict"] == "incorrect" and "trial 0" in wrong["headline"]
     assert "runtime_ms" not in wrong
+
+
+def test_summary_cuts_device_metrics_to_what_an_agent_acts_on():
+    from keval.mcp.summary import summarize_response
+
+    def kernel(name, duration, bound):
+        return {"name": name,
+                "speed_of_light": {"duration": {"value": duration, "unit": "us"},
+                                   "sm_throughput": {"value": 18.0, "unit": "%"},
+                                   "dram_throughput": {"value": 81.5, "unit": "%"}},
+                "occupancy": {"achieved_occupancy": {"value": 76.0, "unit": "%"},
+                              "limiters": ["warps"]},
+                "memory": {"dram_bytes_read": {"value": 2.7e8, "unit": "bytes"}},
+                "roofline": {"available": True, "bound": bound, "fraction_of_roof": 0.81234}}
+
+    metrics = {"available": True, "kernel_count": 10,
+               "kernels": [kernel(f"k{i}", float(i), "memory") for i in range(10)]}
+    out = summarize_response({"status": "success", "kernel_exec_result": {
+        "compiled": True, "correctness": True, "runtime": 1.0,
+        "metadata": {"device_metrics": metrics,
+                     "ref_device_metrics": {"available": False,
+                                            "reason": "device metrics need a CUDA device"}}}},
+        "compare")
+    summary = out["device_metrics"]
+    assert summary["available"] and summary["kernel_count"] == 10
+    assert [k["name"] for k in summary["kernels"]] == [f"k{i}" for i in range(9, 1, -1)], \
+        "the eight longest, longest first"
+    first = summary["kernels"][0]
+    assert first["duration_us"] == 9.0 and first["dram_throughput_pct"] == 81.5
+    assert first["bound"] == "memory" and first["fraction_of_roof"] == 0.812
+    assert first["occupancy_limiters"] == ["warps"]
+    assert "dram_bytes_read_bytes" not in first, "the summary keeps the headline numbers only"
+    assert out["ref_device_metrics"] == {"available": False,
+                                         "reason": "device metrics need a CUDA device"}
+    plain = summarize_response({"status": "success", "kernel_exec_result": {
+        "compiled": True, "correctness": True, "metadata": {}}}, "evaluate")
+    assert "device_metrics" not in plain

@@ -156,7 +156,10 @@ OPTIONS_SCHEMA: Dict[str, Any] = {
         "(default 5), seed (reproduce a run's inputs: the seed a result reports), strict (true, "
         "or a list of flag names that make the result incorrect), excessive_speedup_threshold "
         "(default 10), max_noise (percent) and min_samples (stop sampling once stable), "
-        "device_trace (default true), job_id (your own id)."),
+        "device_trace (default true), job_id (your own id), device_metrics (true, or a list "
+        "of sections speed_of_light/occupancy/memory/compute/detailed: each kernel's hardware "
+        "counters after timing, why it is slow: memory- or compute-bound, occupancy and its "
+        "limiters; GPU only, the result says why when there are none)."),
     "additionalProperties": True,
 }
 

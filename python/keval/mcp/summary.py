@@ -129,6 +129,49 @@ def _headline(summary: Dict[str, Any], mode: str) -> str:
     return "; ".join(parts)
 
 
+# Per kernel, what says why it is slow: (section, key) of docs/device_metrics.md's report.
+_KERNEL_METRICS = (("speed_of_light", "duration"), ("speed_of_light", "sm_throughput"),
+                   ("speed_of_light", "memory_throughput"), ("speed_of_light", "dram_throughput"),
+                   ("occupancy", "achieved_occupancy"), ("occupancy", "theoretical_occupancy"))
+_MAX_SUMMARY_KERNELS = 8
+
+
+def _device_metrics(report: Any) -> Optional[Dict[str, Any]]:
+    """A side's device_metrics, cut to what an agent acts on: per kernel (longest first, at
+    most eight) its duration, throughputs, occupancy and roofline side; the reason when there
+    are none."""
+    if not isinstance(report, Mapping):
+        return None
+    if report.get("available") is not True:
+        return {"available": False,
+                "reason": excerpt(str(report.get("reason") or ""), REASON_EXCERPT_CHARS)}
+    kernels = []
+    for kernel in report.get("kernels") or []:
+        if not isinstance(kernel, Mapping):
+            continue
+        row: Dict[str, Any] = {"name": excerpt(str(kernel.get("name") or ""), 120)}
+        for section, key in _KERNEL_METRICS:
+            entry = (kernel.get(section) or {}).get(key) if isinstance(
+                kernel.get(section), Mapping) else None
+            if isinstance(entry, Mapping) and _num(entry.get("value")) is not None:
+                unit = entry.get("unit")
+                row[f"{key}_{'pct' if unit == '%' else unit}"] = round(_num(entry["value"]), 3)
+        limiters = (kernel.get("occupancy") or {}).get("limiters") if isinstance(
+            kernel.get("occupancy"), Mapping) else None
+        if limiters:
+            row["occupancy_limiters"] = list(limiters)
+        roofline = kernel.get("roofline")
+        if isinstance(roofline, Mapping) and roofline.get("available"):
+            row["bound"] = roofline.get("bound")
+            if _num(roofline.get("fraction_of_roof")) is not None:
+                row["fraction_of_roof"] = round(_num(roofline["fraction_of_roof"]), 3)
+        kernels.append(row)
+    kernels.sort(key=lambda k: -(k.get("duration_us") or 0))
+    out: Dict[str, Any] = {"available": True, "kernel_count": report.get("kernel_count"),
+                           "kernels": kernels[:_MAX_SUMMARY_KERNELS]}
+    return out
+
+
 def summarize_response(resp: Mapping[str, Any], mode: Optional[str] = None,
                        detail: str = "summary") -> Dict[str, Any]:
     """The compact summary of one V2 response (``/evaluate`` or ``/compare``).
@@ -172,6 +215,12 @@ def summarize_response(resp: Mapping[str, Any], mode: Optional[str] = None,
     if isinstance(device, Mapping):
         out["device"] = {k: device[k] for k in ("type", "name", "index", "gpu_type", "arch")
                          if k in device}
+
+    for key, name in (("device_metrics", "device_metrics"),
+                      ("ref_device_metrics", "ref_device_metrics")):
+        metrics = _device_metrics(meta.get(key))
+        if metrics is not None:
+            out[name] = metrics
 
     flags: List[Dict[str, Any]] = []
     for flag in meta.get("flags") or []:
