@@ -10,6 +10,7 @@
 
 #if KEVAL_HAVE_CUPTI
 #include <cupti.h>
+#include <cupti_pmsampling.h>
 #include <cupti_profiler_host.h>
 #include <cupti_range_profiler.h>
 #include <cupti_target.h>
@@ -42,7 +43,18 @@ namespace {
   X(cuptiProfilerHostGetConfigImageSize)                                                           \
   X(cuptiProfilerHostGetConfigImage)                                                               \
   X(cuptiProfilerHostGetNumOfPasses)                                                               \
-  X(cuptiProfilerHostEvaluateToGpuValues)
+  X(cuptiProfilerHostEvaluateToGpuValues)                                                          \
+  X(cuptiPmSamplingGetCounterAvailability)                                                         \
+  X(cuptiPmSamplingEnable)                                                                         \
+  X(cuptiPmSamplingDisable)                                                                        \
+  X(cuptiPmSamplingSetConfig)                                                                      \
+  X(cuptiPmSamplingGetCounterDataSize)                                                             \
+  X(cuptiPmSamplingCounterDataImageInitialize)                                                     \
+  X(cuptiPmSamplingStart)                                                                          \
+  X(cuptiPmSamplingStop)                                                                           \
+  X(cuptiPmSamplingDecodeData)                                                                     \
+  X(cuptiPmSamplingGetCounterDataInfo)                                                             \
+  X(cuptiPmSamplingCounterDataGetSampleInfo)
 
 struct ProfilerApi {
 #define KEVAL_PROFILER_DECLARE(name) decltype(&::name) name = nullptr;
@@ -119,9 +131,10 @@ void check(const char* step, CUptiResult result) {
 // values. Deinitialised when it goes.
 class HostObject {
 public:
-  HostObject(const std::string& chip, const std::vector<uint8_t>& availability) {
+  HostObject(const std::string& chip, const std::vector<uint8_t>& availability,
+             CUpti_ProfilerType type = CUPTI_PROFILER_TYPE_RANGE_PROFILER) {
     CUpti_Profiler_Host_Initialize_Params p{CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE};
-    p.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
+    p.profilerType = type;
     p.pChipName = chip.c_str();
     p.pCounterAvailabilityImage = availability.data();
     check("initialising the profiler's host side", api().cuptiProfilerHostInitialize(&p));
@@ -214,6 +227,35 @@ std::vector<uint8_t> counter_availability(CUcontext context) {
 // One process profiles one run at a time (CUPTI's profiler is per process).
 std::mutex g_profiling;
 
+std::string chip_name(int device_ordinal) {
+  CUpti_Device_GetChipName_Params chip{CUpti_Device_GetChipName_Params_STRUCT_SIZE};
+  chip.deviceIndex = static_cast<size_t>(device_ordinal);
+  check("naming the GPU's chip", api().cuptiDeviceGetChipName(&chip));
+  return chip.pChipName != nullptr ? chip.pChipName : "";
+}
+
+// PM sampling on one device, disabled when it goes.
+class PmSampler {
+public:
+  explicit PmSampler(int device_ordinal) {
+    CUpti_PmSampling_Enable_Params p{CUpti_PmSampling_Enable_Params_STRUCT_SIZE};
+    p.deviceIndex = static_cast<size_t>(device_ordinal);
+    check("enabling PM sampling", api().cuptiPmSamplingEnable(&p));
+    object_ = p.pPmSamplingObject;
+  }
+  ~PmSampler() {
+    CUpti_PmSampling_Disable_Params p{CUpti_PmSampling_Disable_Params_STRUCT_SIZE};
+    p.pPmSamplingObject = object_;
+    api().cuptiPmSamplingDisable(&p);
+  }
+  PmSampler(const PmSampler&) = delete;
+  PmSampler& operator=(const PmSampler&) = delete;
+  CUpti_PmSampling_Object* get() const { return object_; }
+
+private:
+  CUpti_PmSampling_Object* object_ = nullptr;
+};
+
 } // namespace
 
 DeviceCounters collect_counters(CUcontext context, int device_ordinal,
@@ -223,10 +265,7 @@ DeviceCounters collect_counters(CUcontext context, int device_ordinal,
   std::lock_guard lock(g_profiling);
   api();
   DeviceCounters result;
-  CUpti_Device_GetChipName_Params chip{CUpti_Device_GetChipName_Params_STRUCT_SIZE};
-  chip.deviceIndex = static_cast<size_t>(device_ordinal);
-  check("naming the GPU's chip", api().cuptiDeviceGetChipName(&chip));
-  result.chip = chip.pChipName != nullptr ? chip.pChipName : "";
+  result.chip = chip_name(device_ordinal);
 
   RangeProfiler profiler(context);
   const std::vector<uint8_t> availability = counter_availability(context);
@@ -332,7 +371,107 @@ DeviceCounters collect_counters(CUcontext context, int device_ordinal,
   return result;
 }
 
+std::vector<TrafficSample> sample_dram_traffic(int device_ordinal, double expected_ms,
+                                               const std::function<void()>& before,
+                                               const std::function<void()>& run) {
+  std::lock_guard lock(g_profiling);
+  api();
+  const std::string chip = chip_name(device_ordinal);
+  CUpti_PmSampling_GetCounterAvailability_Params avail{
+      CUpti_PmSampling_GetCounterAvailability_Params_STRUCT_SIZE};
+  avail.deviceIndex = static_cast<size_t>(device_ordinal);
+  check("reading which counters PM sampling offers",
+        api().cuptiPmSamplingGetCounterAvailability(&avail));
+  std::vector<uint8_t> availability(avail.counterAvailabilityImageSize);
+  avail.pCounterAvailabilityImage = availability.data();
+  check("reading which counters PM sampling offers",
+        api().cuptiPmSamplingGetCounterAvailability(&avail));
+  HostObject host(chip, availability, CUPTI_PROFILER_TYPE_PM_SAMPLING);
+  const std::vector<const char*> names{"dram__bytes_read.sum", "dram__bytes_write.sum"};
+  check("configuring PM sampling's metrics", host.add(names));
+  std::vector<uint8_t> config = host.config_image();
+
+  PmSampler sampler(device_ordinal);
+  // A sample every microsecond resolves kernels of a few microseconds; longer launches get a
+  // longer interval, so that about kMaxSamples cover twice the expected run.
+  constexpr uint32_t kMaxSamples = 50000;
+  const double run_ns = std::max(expected_ms, 0.0) * 1e6;
+  const auto interval_ns = static_cast<uint64_t>(std::clamp(2 * run_ns / kMaxSamples, 1000.0, 1e7));
+  CUpti_PmSampling_SetConfig_Params config_params{CUpti_PmSampling_SetConfig_Params_STRUCT_SIZE};
+  config_params.pPmSamplingObject = sampler.get();
+  config_params.configSize = config.size();
+  config_params.pConfig = config.data();
+  config_params.hardwareBufferSize = size_t{256} << 20;
+  config_params.samplingInterval = interval_ns;
+  config_params.triggerMode = CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL;
+  config_params.hwBufferAppendMode = CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_OLDEST;
+  check("configuring PM sampling", api().cuptiPmSamplingSetConfig(&config_params));
+  CUpti_PmSampling_GetCounterDataSize_Params size{
+      CUpti_PmSampling_GetCounterDataSize_Params_STRUCT_SIZE};
+  size.pPmSamplingObject = sampler.get();
+  size.pMetricNames = const_cast<const char**>(names.data());
+  size.numMetrics = names.size();
+  size.maxSamples = kMaxSamples;
+  check("sizing PM sampling's counter data", api().cuptiPmSamplingGetCounterDataSize(&size));
+  std::vector<uint8_t> data(size.counterDataSize);
+  CUpti_PmSampling_CounterDataImage_Initialize_Params init{
+      CUpti_PmSampling_CounterDataImage_Initialize_Params_STRUCT_SIZE};
+  init.pPmSamplingObject = sampler.get();
+  init.counterDataSize = data.size();
+  init.pCounterData = data.data();
+  check("preparing PM sampling's counter data",
+        api().cuptiPmSamplingCounterDataImageInitialize(&init));
+
+  before();
+  CUpti_PmSampling_Start_Params start{CUpti_PmSampling_Start_Params_STRUCT_SIZE};
+  start.pPmSamplingObject = sampler.get();
+  check("starting PM sampling", api().cuptiPmSamplingStart(&start));
+  CUpti_PmSampling_Stop_Params stop{CUpti_PmSampling_Stop_Params_STRUCT_SIZE};
+  stop.pPmSamplingObject = sampler.get();
+  try {
+    run();
+  } catch (...) {
+    api().cuptiPmSamplingStop(&stop);
+    throw;
+  }
+  check("stopping PM sampling", api().cuptiPmSamplingStop(&stop));
+  CUpti_PmSampling_DecodeData_Params decode{CUpti_PmSampling_DecodeData_Params_STRUCT_SIZE};
+  decode.pPmSamplingObject = sampler.get();
+  decode.pCounterDataImage = data.data();
+  decode.counterDataImageSize = data.size();
+  check("decoding PM samples", api().cuptiPmSamplingDecodeData(&decode));
+  if (decode.overflow != 0 ||
+      decode.decodeStopReason != CUPTI_PM_SAMPLING_DECODE_STOP_REASON_END_OF_RECORDS)
+    throw CountersUnavailable("PM sampling lost samples (the launch ran longer than " +
+                              std::to_string(kMaxSamples) + " samples of " +
+                              std::to_string(interval_ns) + " ns)");
+  CUpti_PmSampling_GetCounterDataInfo_Params info{
+      CUpti_PmSampling_GetCounterDataInfo_Params_STRUCT_SIZE};
+  info.pCounterDataImage = data.data();
+  info.counterDataImageSize = data.size();
+  check("reading PM samples", api().cuptiPmSamplingGetCounterDataInfo(&info));
+  std::vector<TrafficSample> samples;
+  std::vector<double> values;
+  for (size_t i = 0; i < info.numCompletedSamples; ++i) {
+    CUpti_PmSampling_CounterData_GetSampleInfo_Params when{
+        CUpti_PmSampling_CounterData_GetSampleInfo_Params_STRUCT_SIZE};
+    when.pPmSamplingObject = sampler.get();
+    when.pCounterDataImage = data.data();
+    when.counterDataImageSize = data.size();
+    when.sampleIndex = i;
+    check("reading a PM sample's time", api().cuptiPmSamplingCounterDataGetSampleInfo(&when));
+    host.evaluate(data, i, names, values);
+    samples.push_back({when.startTimestamp, when.endTimestamp, values[0], values[1]});
+  }
+  return samples;
+}
+
 #else
+
+std::vector<TrafficSample> sample_dram_traffic(int, double, const std::function<void()>&,
+                                               const std::function<void()>&) {
+  throw CountersUnavailable("keval was built without CUPTI's headers (cupti.h)");
+}
 
 DeviceCounters collect_counters(CUcontext, int, const CounterRequest&, const std::function<void()>&,
                                 const std::function<void()>&) {

@@ -393,7 +393,7 @@ public:
   }
 
   DeviceCounters collect_counters(const std::vector<std::string>& metrics, size_t max_kernels,
-                                  const std::function<void()>& run) override {
+                                  double expected_ms, const std::function<void()>& run) override {
     session_.throw_if_faulted();
     session_.synchronize_context();
     // The trace names the kernels and says how each was launched (CUPTI numbers the profiler's
@@ -406,8 +406,8 @@ public:
       trace = nullptr;
     } catch (const TraceLost&) {
     }
-    // Counters are one per device: a job on the same GPU reading them (its own metrics) holds
-    // them for a second or two. Waited for, up to a bound.
+    // Counters are one per device: another process reading them (a job on the same GPU, an
+    // external profiler) holds them for a second or two. Waited for, up to a bound.
     DeviceCounters counters;
     for (int attempt = 0;; ++attempt) {
       try {
@@ -452,11 +452,106 @@ public:
       }
     }
     counters.limits = sm_limits();
+    if (named)
+      measure_unreplayed(counters, expected_ms, *trace, run);
+    else
+      counters.traffic = "durations and DRAM bytes are the range profiler's: the trace did not "
+                         "name the kernels";
     return counters;
   }
 
 private:
-  static constexpr int kBusyAttempts = 300; // 30 s
+  // The kernels' durations (from the trace) and DRAM bytes (PM sampling) in a run of their own,
+  // neither replayed nor restored: what ncu reports with its cache control, and what a timed
+  // sample moves. Kernel replay's restores leave the L2 warm and dirty, so its DRAM bytes count
+  // write-backs of the restore and miss reads the L2 served (measured on an H100: a vector
+  // add's writes 32 % high, an SGEMM on 8 MB reading 0.3 MB where it reads 8.4 MB).
+  void measure_unreplayed(DeviceCounters& counters, double expected_ms,
+                          detail::ActivityTrace& trace, const std::function<void()>& run) {
+    const auto index_of = [&counters](std::string_view metric) -> std::optional<size_t> {
+      for (size_t i = 0; i < counters.metrics.size(); ++i)
+        if (counters.metrics[i] == metric)
+          return i;
+      return std::nullopt;
+    };
+    const auto read = index_of("dram__bytes_read.sum"), written = index_of("dram__bytes_write.sum"),
+               duration = index_of("gpu__time_duration.sum");
+    // DRAM throughput follows from the same run: its bytes over its time against the peak.
+    const auto bandwidth = index_of("dram__bytes.sum.per_second"),
+               throughput = index_of("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+               peak_per_cycle = index_of("dram__bytes.sum.peak_sustained"),
+               dram_clock = index_of("dram__cycles_elapsed.avg.per_second");
+    if (!read && !written && !duration)
+      return;
+    std::vector<detail::TrafficSample> samples;
+    std::vector<TracedWork> kernels;
+    try {
+      trace.take();
+      samples = detail::sample_dram_traffic(
+          session_.ordinal(), expected_ms,
+          [this] {
+            session_.flush_l2();
+            session_.synchronize_context();
+          },
+          [this, &run] {
+            run();
+            session_.synchronize_context();
+          });
+      for (auto& work : trace.take())
+        if (work.kind == TracedWork::Kind::kernel && work.name.rfind("keval_", 0) != 0)
+          kernels.push_back(std::move(work));
+    } catch (const CountersUnavailable& e) {
+      counters.traffic =
+          std::string("durations and DRAM bytes are the range profiler's: ") + e.what();
+      return;
+    } catch (const TraceLost& e) {
+      counters.traffic =
+          std::string("durations and DRAM bytes are the range profiler's: ") + e.what();
+      return;
+    }
+    if (kernels.size() != counters.kernels.size()) {
+      counters.traffic = "durations and DRAM bytes are the range profiler's: the run of their "
+                         "own issued " +
+                         std::to_string(kernels.size()) + " kernels, the profiled one " +
+                         std::to_string(counters.kernels.size());
+      return;
+    }
+    for (size_t k = 0; k < kernels.size(); ++k) {
+      const TracedWork& w = kernels[k];
+      double bytes_read = 0, bytes_written = 0;
+      for (const auto& sample : samples) {
+        const uint64_t from = std::max(sample.start_ns, w.start_ns);
+        const uint64_t to = std::min(sample.end_ns, w.end_ns);
+        if (to <= from || sample.end_ns <= sample.start_ns)
+          continue;
+        const double share =
+            static_cast<double>(to - from) / static_cast<double>(sample.end_ns - sample.start_ns);
+        bytes_read += share * sample.read_bytes;
+        bytes_written += share * sample.write_bytes;
+      }
+      std::vector<double>& values = counters.kernels[k].values;
+      if (read)
+        values[*read] = bytes_read;
+      if (written)
+        values[*written] = bytes_written;
+      if (w.end_ns <= w.start_ns)
+        continue;
+      const double ns = static_cast<double>(w.end_ns - w.start_ns);
+      if (duration)
+        values[*duration] = ns;
+      if (!read || !written)
+        continue;
+      const double per_second = (bytes_read + bytes_written) / (ns * 1e-9);
+      if (bandwidth)
+        values[*bandwidth] = per_second;
+      if (throughput && peak_per_cycle && dram_clock && values[*peak_per_cycle] > 0 &&
+          values[*dram_clock] > 0)
+        values[*throughput] = 100 * per_second / (values[*peak_per_cycle] * values[*dram_clock]);
+    }
+    counters.traffic = "unreplayed";
+  }
+
+  static constexpr int kBusyAttempts = 50; // 5 s: the pipeline's time check allows for it
 
   SmLimits sm_limits() {
     const auto attribute = [this](CUdevice_attribute which, const char* name) {

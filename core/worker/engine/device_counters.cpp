@@ -86,6 +86,7 @@ json::object to_json(const DeviceCounters& counters) {
   o["kernels"] = std::move(kernels);
   o["passes"] = counters.passes;
   o["not_counted"] = counters.not_counted;
+  o["traffic"] = counters.traffic;
   if (counters.limits) {
     const SmLimits& l = *counters.limits;
     o["sm_limits"] = json::object{{"sm_count", l.sm_count},
@@ -163,6 +164,8 @@ DeviceCounters device_counters_from_json(const json::object& o) {
   }
   c.passes = count_of(o, "passes", where);
   c.not_counted = count_of(o, "not_counted", where);
+  if (o.contains("traffic"))
+    c.traffic = text_of(o, "traffic", where, 512);
   if (const json::value* limits = o.if_contains("sm_limits")) {
     const std::string lat = where + ".sm_limits";
     const json::object* l = limits->if_object();

@@ -47,6 +47,9 @@ struct DeviceCounters {
   int64_t passes = 0;      // runs of the launch the counters needed
   int64_t not_counted = 0; // kernels past the most one run may count
   std::optional<SmLimits> limits;
+  // Where the kernels' durations and DRAM bytes come from: "unreplayed" (the trace and PM
+  // sampling of a run of their own, ncu's way), else why they are the range profiler's.
+  std::string traffic;
 };
 
 // What a runner sends (to_json) and the trusted worker reads back (from_json: the shapes and

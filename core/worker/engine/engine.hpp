@@ -152,9 +152,11 @@ public:
   // `max_kernels` of them: `run` launches and waits, and is called once, after an L2 flush (the
   // profiler replays each kernel as often as the counters need). Never while a timed sample is
   // taken. Throws CountersUnavailable where counters cannot be read (always on the CPU).
+  // `expected_ms`: about how long one run takes (it sizes the sampling of DRAM traffic).
   virtual DeviceCounters collect_counters(const std::vector<std::string>& metrics,
-                                          size_t max_kernels, const std::function<void()>& run) {
-    (void)metrics, (void)max_kernels, (void)run;
+                                          size_t max_kernels, double expected_ms,
+                                          const std::function<void()>& run) {
+    (void)metrics, (void)max_kernels, (void)expected_ms, (void)run;
     throw CountersUnavailable("device metrics need a CUDA device: this kernel ran on the CPU");
   }
 };

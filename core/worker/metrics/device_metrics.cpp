@@ -302,6 +302,12 @@ json::object build_report(const request::DeviceMetricsRequest& request,
                      "one run of the launch (L2 flushed first), each kernel replayed per pass";
   report["chip"] = counters.chip;
   report["passes"] = counters.passes;
+  report["durations_and_dram_bytes"] =
+      counters.traffic == "unreplayed"
+          ? std::string("from a run of their own, neither replayed nor restored: durations from "
+                        "the trace, DRAM bytes from PM sampling of the device")
+      : counters.traffic.empty() ? std::string("the range profiler's (kernel replay)")
+                                 : counters.traffic;
   if (!nvtx_range.empty())
     report["nvtx_range"] = nvtx_range;
   json::array sections;

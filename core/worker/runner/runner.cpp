@@ -459,11 +459,14 @@ private:
       names.emplace_back(m.get_string());
     }
     const uint64_t max_kernels = detail::uint_field(command, "max_kernels");
+    const json::value* expected = command.if_contains("expected_ms");
+    const double expected_ms =
+        expected != nullptr && expected->is_number() ? expected->to_number<double>() : 0.0;
     json::object reply;
     try {
       DeviceCounters counters = engine_->collect_counters(
           names, std::min<uint64_t>(std::max<uint64_t>(max_kernels, 1), kMaxCountedKernels),
-          [this, &binding] {
+          expected_ms, [this, &binding] {
             std::vector<ManagedTensor> outputs = launch_once(binding);
             engine_->synchronize();
           });

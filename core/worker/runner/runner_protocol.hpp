@@ -25,7 +25,7 @@
 //   trusted: sample          {binding}                  -> {ms, activity? | activity_lost?,
 //                                                          outputs[...]} + fds (returned ones;
 //                            activity: worker/engine/device_work.hpp's SampleActivity)
-//   trusted: metrics         {binding, metrics[], max_kernels} -> {counters} | {unavailable}
+//   trusted: metrics         {binding, metrics[], max_kernels, expected_ms?} -> {counters} | {unavailable}
 //                            (after the timed samples: worker/engine/device_counters.hpp)
 //   trusted: unbind          {binding}                  -> {}
 //

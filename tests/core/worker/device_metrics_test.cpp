@@ -111,6 +111,9 @@ TEST(DeviceMetricsReport, VectorAddIsMemoryBoundAndAnFmaLoopComputeBound) {
   const json::object report = metrics::build_report(all_sections(), h100_counters(), "j_custom");
   ASSERT_TRUE(report.at("available").as_bool());
   EXPECT_EQ(report.at("nvtx_range").as_string(), "j_custom");
+  EXPECT_NE(std::string(report.at("durations_and_dram_bytes").as_string()).find("range profiler"),
+            std::string::npos)
+      << "counters without an unreplayed run say whose numbers they are";
   const auto& kernels = report.at("kernels").as_array();
   ASSERT_EQ(kernels.size(), 2u);
   const auto& vadd = kernels[0].as_object();
@@ -155,8 +158,10 @@ TEST(DeviceMetricsReport, OnlyTheSectionsAskedForAndTheRawMetricsListed) {
 }
 
 TEST(DeviceCountersWire, RoundTripsAndRejectsWhatARunnerShouldNotSend) {
-  const DeviceCounters c = h100_counters();
+  DeviceCounters c = h100_counters();
+  c.traffic = "unreplayed";
   const DeviceCounters back = device_counters_from_json(to_json(c));
+  EXPECT_EQ(back.traffic, "unreplayed");
   ASSERT_EQ(back.kernels.size(), 2u);
   EXPECT_EQ(back.metrics, c.metrics);
   EXPECT_EQ(back.kernels[1].launch->block[0], 1024);

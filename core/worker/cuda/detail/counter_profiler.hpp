@@ -14,6 +14,7 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -43,5 +44,21 @@ DeviceCounters collect_counters(CUcontext context, int device_ordinal,
                                 const CounterRequest& request,
                                 const std::function<void()>& before_pass,
                                 const std::function<void()>& run);
+
+// DRAM traffic of the whole device over one interval, from PM sampling.
+struct TrafficSample {
+  uint64_t start_ns = 0, end_ns = 0; // CUPTI's clock, as the activity trace's timestamps
+  double read_bytes = 0, write_bytes = 0;
+};
+
+// The device's DRAM traffic while `run` runs once, unreplayed, after `before`: PM sampling (the
+// GPU's counters read at a fixed interval, device-wide, no replay), so each kernel's bytes are
+// those of the samples its trace interval covers. Where kernel replay's restores leave the L2
+// warm and dirty (working sets the L2 holds read from it instead of DRAM; dirty lines written
+// back inside the range), this counts what an unprofiled run moves, as ncu does with its cache
+// control. `expected_ms` sizes the sampling interval. Throws CountersUnavailable.
+std::vector<TrafficSample> sample_dram_traffic(int device_ordinal, double expected_ms,
+                                               const std::function<void()>& before,
+                                               const std::function<void()>& run);
 
 } // namespace keval::worker::detail
