@@ -411,16 +411,9 @@ public:
     DeviceCounters counters;
     for (int attempt = 0;; ++attempt) {
       try {
-        counters = detail::collect_counters(
-            session_.context(), session_.ordinal(), detail::CounterRequest{metrics, max_kernels},
-            [this] {
-              session_.flush_l2();
-              session_.synchronize_context();
-            },
-            [this, &run] {
-              run();
-              session_.synchronize_context();
-            });
+        counters = detail::collect_counters(session_.context(), session_.ordinal(),
+                                            detail::CounterRequest{metrics, max_kernels}, flushed(),
+                                            waited_for(run));
         break;
       } catch (const detail::CountersBusy&) {
         if (attempt == kBusyAttempts)
@@ -431,9 +424,7 @@ public:
     std::vector<TracedWork> launched;
     if (trace != nullptr) {
       try {
-        for (auto& work : trace->take())
-          if (work.kind == TracedWork::Kind::kernel && work.name.rfind("keval_", 0) != 0)
-            launched.push_back(std::move(work));
+        launched = launched_kernels(trace->take());
       } catch (const TraceLost&) {
         launched.clear();
       }
@@ -461,6 +452,29 @@ public:
   }
 
 private:
+  // What the profilers run before and as the launch: an L2 flush, and the launch, each waited for
+  // on every stream of the context.
+  std::function<void()> flushed() {
+    return [this] {
+      session_.flush_l2();
+      session_.synchronize_context();
+    };
+  }
+  std::function<void()> waited_for(const std::function<void()>& run) {
+    return [this, &run] {
+      run();
+      session_.synchronize_context();
+    };
+  }
+  // The kernels a trace holds that the launch issued (keval's own, the L2 flush, left out).
+  static std::vector<TracedWork> launched_kernels(std::vector<TracedWork> work) {
+    std::vector<TracedWork> kernels;
+    for (auto& w : work)
+      if (w.kind == TracedWork::Kind::kernel && w.name.rfind("keval_", 0) != 0)
+        kernels.push_back(std::move(w));
+    return kernels;
+  }
+
   // The kernels' durations (from the trace) and DRAM bytes (PM sampling) in a run of their own,
   // neither replayed nor restored: what ncu reports with its cache control, and what a timed
   // sample moves. Kernel replay's restores leave the L2 warm and dirty, so its DRAM bytes count
@@ -487,19 +501,9 @@ private:
     std::vector<TracedWork> kernels;
     try {
       trace.take();
-      samples = detail::sample_dram_traffic(
-          session_.ordinal(), expected_ms,
-          [this] {
-            session_.flush_l2();
-            session_.synchronize_context();
-          },
-          [this, &run] {
-            run();
-            session_.synchronize_context();
-          });
-      for (auto& work : trace.take())
-        if (work.kind == TracedWork::Kind::kernel && work.name.rfind("keval_", 0) != 0)
-          kernels.push_back(std::move(work));
+      samples =
+          detail::sample_dram_traffic(session_.ordinal(), expected_ms, flushed(), waited_for(run));
+      kernels = launched_kernels(trace.take());
     } catch (const CountersUnavailable& e) {
       counters.traffic =
           std::string("durations and DRAM bytes are the range profiler's: ") + e.what();
