@@ -525,7 +525,10 @@ private:
       need.device_types.emplace_back(type.as_string());
     channel_.send(protocol::to_frame(need));
 
+    const auto asked = Clock::now();
     const protocol::Grant grant = protocol::parse_grant(channel_.receive());
+    // The host's clock for the job's timeout stops while it waits for a device.
+    device_wait_ms_ = ms_since(asked);
     if (!grant.error.empty()) {
       fail_validation(error_json("no_device", grant.error));
       return false;
@@ -1252,7 +1255,7 @@ private:
       // with its memory saved and restored around them. A job that could not finish them inside
       // its timeout keeps its timing and says so.
       const double median_ms = tensor::compute_stats(t.samples).median;
-      const double left_ms = request_.timeout_s * 1000 - ms_since(started_);
+      const double left_ms = request_.timeout_s * 1000 - (ms_since(started_) - device_wait_ms_);
       // (Plus the profiler's setup, and up to 5 s waiting for counters another process holds.)
       if (median_ms * 40 + 10000 > left_ms) {
         report.device_metrics[key] = metrics::unavailable_report(
@@ -1630,7 +1633,8 @@ private:
   int64_t next_binding_ = 1;
   int64_t companion_seq_ = 0;
   Clock::time_point started_ = Clock::now();
-  json::object timeline_; // step -> ms since started_ (step())
+  double device_wait_ms_ = 0; // waiting for the grant, which the job's timeout does not count
+  json::object timeline_;     // step -> ms since started_ (step())
 #ifdef KEVAL_HAVE_CUDA
   std::future<CudaAvailability> cuda_probe_;
   EngineOpener opener_;
