@@ -270,31 +270,34 @@ DeviceCounters collect_counters(CUcontext context, int device_ordinal,
   RangeProfiler profiler(context);
   const std::vector<uint8_t> availability = counter_availability(context);
 
-  // A metric this chip does not have is left out with the reason, not the whole request: each is
-  // tried alone on a scratch configuration first.
-  // A configuration that refused one metric refuses every later one too (CUPTI_ERROR_UNKNOWN), so
-  // the scratch configuration is made again after each refusal.
-  {
-    auto probe = std::make_unique<HostObject>(result.chip, availability);
+  // A metric this chip does not have is left out with the reason, not the whole request. The
+  // usual request is accepted whole; only one that is refused is tried metric by metric, each on
+  // a scratch configuration made again after every refusal (a configuration that refused one
+  // metric refuses every later one too, CUPTI_ERROR_UNKNOWN).
+  std::vector<const char*> names;
+  for (const std::string& metric : request.metrics)
+    names.push_back(metric.c_str());
+  auto host = std::make_unique<HostObject>(result.chip, availability);
+  if (host->add(names) == CUPTI_SUCCESS) {
+    result.metrics = request.metrics;
+  } else {
     for (const std::string& metric : request.metrics) {
-      if (const CUptiResult r = probe->add({metric.c_str()}); r == CUPTI_SUCCESS) {
+      auto probe = std::make_unique<HostObject>(result.chip, availability);
+      if (const CUptiResult r = probe->add({metric.c_str()}); r == CUPTI_SUCCESS)
         result.metrics.push_back(metric);
-      } else {
+      else
         result.unsupported.emplace_back(metric,
                                         "not a metric of " + result.chip + " (" + text_of(r) + ")");
-        probe = std::make_unique<HostObject>(result.chip, availability);
-      }
     }
+    if (result.metrics.empty())
+      throw CountersUnavailable("none of the requested metrics exists on " + result.chip);
+    names.clear();
+    for (const std::string& metric : result.metrics)
+      names.push_back(metric.c_str());
+    host = std::make_unique<HostObject>(result.chip, availability);
+    check("configuring the metrics", host->add(names));
   }
-  if (result.metrics.empty())
-    throw CountersUnavailable("none of the requested metrics exists on " + result.chip);
-  std::vector<const char*> names;
-  for (const std::string& metric : result.metrics)
-    names.push_back(metric.c_str());
-
-  HostObject host(result.chip, availability);
-  check("configuring the metrics", host.add(names));
-  std::vector<uint8_t> config = host.config_image();
+  std::vector<uint8_t> config = host->config_image();
   CUpti_Profiler_Host_GetNumOfPasses_Params passes{
       CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE};
   passes.configImageSize = config.size();
@@ -365,7 +368,7 @@ DeviceCounters collect_counters(CUcontext context, int device_ordinal,
   check("reading the counter data", api().cuptiRangeProfilerGetCounterDataInfo(&info));
   for (size_t range = 0; range < info.numTotalRanges; ++range) {
     CountedKernel kernel;
-    host.evaluate(data, range, names, kernel.values);
+    host->evaluate(data, range, names, kernel.values);
     result.kernels.push_back(std::move(kernel));
   }
   return result;

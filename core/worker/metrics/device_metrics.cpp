@@ -132,14 +132,20 @@ private:
   std::map<std::string, double> by_name_;
 };
 
+// The DRAM's peak bandwidth in bytes per second: peak bytes per DRAM cycle times its clock.
+std::optional<double> dram_peak(const Values& v) {
+  const auto per_cycle = v.get(kDramPeakPerCycle), clock = v.get(kDramClock);
+  if (!per_cycle || !clock)
+    return std::nullopt;
+  return *per_cycle * *clock;
+}
+
 json::object roofline(const Values& v) {
   json::object out;
   const auto duration_ns = v.get(kDuration);
   const auto read = v.get(kDramRead), written = v.get(kDramWrite);
-  const auto sm_clock = v.get(kSmClock), dram_per_cycle = v.get(kDramPeakPerCycle),
-             dram_clock = v.get(kDramClock);
-  if (!duration_ns || *duration_ns <= 0 || !read || !written || !sm_clock || !dram_per_cycle ||
-      !dram_clock) {
+  const auto sm_clock = v.get(kSmClock), dram_bandwidth = dram_peak(v);
+  if (!duration_ns || *duration_ns <= 0 || !read || !written || !sm_clock || !dram_bandwidth) {
     out["available"] = false;
     out["reason"] = "the counters it needs (duration, DRAM bytes, clocks, peaks) were not all "
                     "collected on this GPU";
@@ -169,7 +175,7 @@ json::object roofline(const Values& v) {
   const double bytes = *read + *written;
   const double seconds = *duration_ns * 1e-9;
   const double peak_flops = 2 * fma_peak * *sm_clock;
-  const double peak_bandwidth = *dram_per_cycle * *dram_clock;
+  const double peak_bandwidth = *dram_bandwidth;
   const double ridge = peak_bandwidth > 0 ? peak_flops / peak_bandwidth : 0;
   out["available"] = true;
   out["precision"] = chosen->name;
@@ -329,10 +335,8 @@ json::object build_report(const request::DeviceMetricsRequest& request,
         kernel[e.section].as_object()[e.key] = with_unit(*v * e.scale, e.unit);
     }
     if (wants(request, "memory")) {
-      const auto per_cycle = values.get(kDramPeakPerCycle), clock = values.get(kDramClock);
-      if (per_cycle && clock)
-        kernel["memory"].as_object()["dram_peak_bandwidth"] =
-            with_unit(*per_cycle * *clock * 1e-9, "GB/s");
+      if (const auto peak = dram_peak(values))
+        kernel["memory"].as_object()["dram_peak_bandwidth"] = with_unit(*peak * 1e-9, "GB/s");
     }
     if (wants(request, "occupancy") && k.launch)
       for (auto& [key, value] : occupancy_json(*k.launch, counters.limits))

@@ -1273,6 +1273,10 @@ private:
       ask["metrics"] = std::move(names);
       ask["max_kernels"] = kMaxKernels;
       ask["expected_ms"] = median_ms;
+      const auto unreadable = [](const std::exception& e) {
+        return metrics::unavailable_report(
+            std::string("the kernel's process sent counters keval cannot read: ") + e.what());
+      };
       json::object side_report;
       try {
         json::object reply = t.side->runner->call(std::move(ask), "collecting device metrics");
@@ -1294,11 +1298,9 @@ private:
             std::string("the kernel's process failed while its counters were collected: ") +
             e.what());
       } catch (const std::invalid_argument& e) {
-        side_report = metrics::unavailable_report(
-            std::string("the kernel's process sent counters keval cannot read: ") + e.what());
+        side_report = unreadable(e);
       } catch (const detail::WireError& e) {
-        side_report = metrics::unavailable_report(
-            std::string("the kernel's process sent counters keval cannot read: ") + e.what());
+        side_report = unreadable(e);
       }
       report.device_metrics[key] = std::move(side_report);
     }
