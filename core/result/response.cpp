@@ -261,9 +261,13 @@ Response build_response(const JobRecord& record) {
       report = *collected;
     } else {
       std::string why = "not collected: the job ended before its timing finished";
-      if (profiled_json && profiled_json->contains("program"))
-        why = "not collected: a whole program (cuda_program) is timed by its own benchmark "
-              "command, whose kernels keval does not replay; point ncu at its benchmark_command";
+      bool program = false;
+      for (const json::object* p : {profiled_json, validated_json, compiled_json})
+        program = program || (p != nullptr && p->contains("program"));
+      if (program)
+        why = "not collected: a whole program's device metrics come from its benchmark runs "
+              "(kernel.metadata.benchmark true, on a problem with a benchmark_command and a "
+              "baseline_solution), and the job ended before any finished";
       report = json::object{{"available", false}, {"reason", why}};
     }
     metadata[side == "ref" ? "ref_device_metrics" : "device_metrics"] = std::move(report);

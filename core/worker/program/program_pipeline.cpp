@@ -5,7 +5,9 @@
 #include "protocol/job_contract.hpp"
 #include "request/program.hpp"
 #include "supervisor/process.hpp"
+#include "worker/engine/device_counters.hpp"
 #include "worker/isolation/isolation.hpp"
+#include "worker/metrics/device_metrics.hpp"
 #include "worker/program/harness_cache.hpp"
 #include "worker/program/step_process.hpp"
 #include "worker/program/timing.hpp"
@@ -21,6 +23,7 @@
 #include <cstdlib>
 #include <regex>
 
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value_from.hpp>
 #include <spdlog/spdlog.h>
@@ -37,6 +40,10 @@ using program::HarnessCache;
 constexpr size_t kOutputCap = 64u << 10; // per stream: the first and the last 32 KiB
 constexpr size_t kMaxProfileBytes = 16u << 20;
 constexpr int kBenchmarkRuns = 3; // per side, alternating, the median kept
+// Device metrics (collect_device_metrics): launches counted per kernel name, and in all.
+constexpr int kCountedPerKernel = 2;
+constexpr int kMaxCountedKernels = 32;
+constexpr size_t kMaxCountersBytes = 4u << 20;
 constexpr const char* kKeepFiles[] = {".keval/.keep", ".keval/harness/.keep",
                                       ".keval/solution/.keep"};
 
@@ -730,9 +737,120 @@ private:
       benchmark["error"] = nullptr;
     }
     report_["benchmark"] = std::move(benchmark);
+    collect_device_metrics(error, report);
     json::value value = json::value_from(report);
     value.as_object()["program"] = report_;
     send(protocol::Phase::profiled, std::move(value));
+  }
+
+  // ---- Device metrics (docs/device_metrics.md, "Whole programs") ----
+
+  // After the timed runs, never during one: each side that asked runs its benchmark command once
+  // more with the injection profiler in counter mode (plugins/cuda_program/profiler/README.md),
+  // which counts the first launches of each kernel the timing mode selects under CUPTI's range
+  // profiler. What the program's process writes is data for the report, checked like a runner's
+  // reply, never for the verdict or the time; a side whose counters cannot be read gets the
+  // reason instead, and the job is otherwise unaffected.
+  void collect_device_metrics(const std::string& benchmark_error, protocol::ProfileReport& report) {
+    const std::optional<request::DeviceMetricsRequest> wanted =
+        job_.request.device_metrics_for(job_.request.kernel);
+    if (!wanted)
+      return;
+    for (ProgramSide* side : {&solution_, &baseline_}) {
+      const std::string key = side == &solution_ ? "custom" : "ref";
+      report.device_metrics[key] = [&] {
+        if (!benchmark_error.empty())
+          return metrics::unavailable_report("not collected: the benchmark failed (" +
+                                             benchmark_error.substr(0, benchmark_error.find('\n')) +
+                                             ")");
+        try {
+          return device_metrics_of(*side, *wanted);
+        } catch (const std::invalid_argument& e) {
+          return metrics::unavailable_report(
+              std::string("the benchmark's process wrote counters keval cannot read: ") + e.what());
+        }
+      }();
+    }
+  }
+
+  json::object device_metrics_of(ProgramSide& side, const request::DeviceMetricsRequest& wanted) {
+    const request::TimingMode& mode = program_.timing_mode;
+    const bool names_kernels = mode.type == "kernels" || mode.type == "gpu" ||
+                               (mode.type == "region" && mode.time_type == "kernel");
+    if (!names_kernels)
+      return metrics::unavailable_report(
+          "not collected: timing mode '" + mode.type +
+          (mode.type == "region" ? "' with time_type '" + mode.time_type + "'" : std::string("'")) +
+          " times no kernels; device metrics count the kernels a timing mode selects (kernels, "
+          "gpu, or region with time_type kernel)");
+    const json::object& step = side.plan.at("benchmark").as_object();
+    json::object env = device_env();
+    if (const json::value* extra = step.if_contains("env"); extra != nullptr && extra->is_object())
+      for (const auto& [name, value] : extra->as_object())
+        env[name] = value;
+    if (!env.contains("CUDA_INJECTION64_PATH"))
+      return metrics::unavailable_report(
+          "not collected: keval was built without its CUPTI injection profiler "
+          "(keval_program_profiler), which counts a program's kernels");
+    const auto lines = [](const std::vector<std::string>& patterns) {
+      std::string text;
+      for (const auto& p : patterns)
+        text += p + "\n";
+      return text;
+    };
+    std::string metric_names;
+    for (const auto& m : metrics::metrics_for(wanted))
+      metric_names += (metric_names.empty() ? "" : ",") + m;
+    const std::string counters = ".keval/counters-" + side.name + ".json";
+    env["KEVAL_PROFILE_OUTPUT"] = ".keval/counted-profile-" + side.name + ".json";
+    env["KEVAL_COUNTERS_OUTPUT"] = counters;
+    env["KEVAL_COUNTERS_METRICS"] = metric_names;
+    env["KEVAL_COUNTERS_MAX_KERNELS"] = std::to_string(kMaxCountedKernels);
+    env["KEVAL_COUNTERS_PER_KERNEL"] = std::to_string(kCountedPerKernel);
+    if (mode.type == "kernels") {
+      env["KEVAL_COUNTERS_KERNEL_INCLUDE"] = lines(mode.include);
+      env["KEVAL_COUNTERS_KERNEL_EXCLUDE"] = lines(mode.exclude);
+    } else if (mode.type == "region") {
+      env["KEVAL_COUNTERS_RANGE_INCLUDE"] = lines(mode.include);
+      env["KEVAL_COUNTERS_RANGE_EXCLUDE"] = lines(mode.exclude);
+    }
+    // Each counted launch is replayed once per pass (about fifteen for every section).
+    const double timeout_s =
+        number_of(side.plan.at("timeouts").as_object(), "benchmark", 300.0) + 60.0;
+    const json::object reply = run(side, step.at("argv").as_array(), env, timeout_s);
+    if (!succeeded(reply))
+      return metrics::unavailable_report(
+          "not collected: the " + side.name + "'s benchmark " + how_it_ended(reply, timeout_s) +
+          " while its kernels were counted:\n" +
+          (text_of(reply, "stdout") + text_of(reply, "stderr")).substr(0, 2000));
+    std::string why;
+    const std::optional<std::string> text =
+        read_file_beneath(side.runner->directory(), counters, kMaxCountersBytes, &why);
+    if (!text)
+      return metrics::unavailable_report(
+          "not collected: the " + side.name + "'s benchmark wrote no counters (" + why +
+          "): it may have ended by _exit or a signal, which the profiler cannot see");
+    json::value parsed;
+    try {
+      parsed = json::parse(*text);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(std::string("not JSON: ") + e.what());
+    }
+    const json::object* object = parsed.if_object();
+    if (object == nullptr)
+      throw std::invalid_argument("not a JSON object");
+    if (const json::value* reason = object->if_contains("unavailable"))
+      return metrics::unavailable_report(
+          reason->is_string() ? std::string(reason->get_string()).substr(0, 1000)
+                              : std::string("the benchmark's process gave no reason"));
+    json::object side_report =
+        metrics::build_report(wanted, device_counters_from_json(*object), "");
+    side_report["source"] =
+        "CUPTI range profiler in one more run of the benchmark command, after its timed runs: the "
+        "first " +
+        std::to_string(kCountedPerKernel) + " launches of each kernel the timing mode selects (" +
+        std::to_string(kMaxCountedKernels) + " in all), each replayed per pass";
+    return side_report;
   }
 
   protocol::BlockingChannel& channel_;

@@ -4,13 +4,14 @@
 // end the harness's process themselves failed, and the registry's checks of a program request.
 #include "job/job_runner.hpp"
 #include "request/parse.hpp"
+#include "support/program_problems.hpp"
 #include "support/test_env.hpp"
 
 #include <gmock/gmock.h>
 
-#include <fstream>
 #include <map>
-#include <sstream>
+#include <string>
+#include <vector>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -21,54 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 namespace json = boost::json;
 using ::testing::HasSubstr;
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// The files below `dir`, paths relative to it with `prefix`, sorted.
-json::array files_of(const fs::path& dir, const std::string& prefix = "") {
-  std::map<std::string, std::string> files;
-  if (fs::exists(dir))
-    for (const auto& e : fs::recursive_directory_iterator(dir))
-      if (e.is_regular_file())
-        files[prefix + fs::relative(e.path(), dir).generic_string()] = read_text(e.path());
-  json::array out;
-  for (const auto& [path, content] : files)
-    out.push_back(json::object{{"path", path}, {"content", content}});
-  return out;
-}
-
-// A problem directory in the datapack format (python/README.md) as a problems.jsonl line.
-json::object load_problem(const std::string& name) {
-  const fs::path dir = fs::path(KEVAL_TEST_PROBLEMS_DIR) / name;
-  json::object p = json::parse(read_text(dir / "problem.json")).as_object();
-  p["context_files"] = files_of(dir / "context");
-  p["test_files"] = files_of(dir / "test", "test/");
-  p["baseline_solution"] = json::object{
-      {"type", "file"}, {"task_id", p.at("task_id")}, {"files", files_of(dir / "solution")}};
-  return p;
-}
-
-json::object request(const json::object& problem, const std::string& variant,
-                     json::object extra = {}) {
-  const fs::path dir = fs::path(KEVAL_TEST_PROBLEMS_DIR) /
-                       std::string(problem.at("task_id").as_string()).substr(6) / "variants" /
-                       variant;
-  json::object metadata{{"problem", problem},
-                        {"solution", json::object{{"type", "file"},
-                                                  {"task_id", problem.at("task_id")},
-                                                  {"files", files_of(dir)}}}};
-  for (auto& [k, v] : extra)
-    metadata[k] = v;
-  return json::object{{"kernel", json::object{{"kernel_type", "cuda_program"},
-                                              {"source_code", ""},
-                                              {"metadata", std::move(metadata)}}},
-                      {"timeout", 300}};
-}
 
 struct Outcome {
   int exit_code = -1;
@@ -115,7 +68,7 @@ TEST_F(ProgramJob, TheHarnessIsBuiltOnceAndReusedWithTheVerdictsOfThePlainComman
   std::map<std::string, bool> reused_verdicts, plain_verdicts;
   bool first = true;
   for (const std::string variant : {"pass", "wrong", "build_error"}) {
-    const Outcome reused = evaluate(request(problem, variant));
+    const Outcome reused = evaluate(program_request(problem, variant));
     const json::object& harness = reused.program().at("build").at("harness").as_object();
     EXPECT_FALSE(harness.contains("unavailable")) << json::serialize(harness);
     // The first job builds the harness; every later one finds it in the cache.
@@ -124,7 +77,7 @@ TEST_F(ProgramJob, TheHarnessIsBuiltOnceAndReusedWithTheVerdictsOfThePlainComman
     first = false;
     reused_verdicts[variant] = reused.passed();
 
-    const Outcome plain = evaluate(request(problem, variant, {{"harness_reuse", false}}));
+    const Outcome plain = evaluate(program_request(problem, variant, {{"harness_reuse", false}}));
     EXPECT_THAT(
         std::string(plain.program().at("build").at("harness").at("unavailable").as_string()),
         HasSubstr("turned off by the request"));
@@ -137,7 +90,7 @@ TEST_F(ProgramJob, TheHarnessIsBuiltOnceAndReusedWithTheVerdictsOfThePlainComman
 }
 
 TEST_F(ProgramJob, ACommandThatCannotBeSplitBuildsAsWrittenAndSaysWhy) {
-  const Outcome o = evaluate(request(load_problem("host_saxpy"), "pass"));
+  const Outcome o = evaluate(program_request(load_problem("host_saxpy"), "pass"));
   ASSERT_TRUE(o.passed()) << json::serialize(o.body);
   EXPECT_THAT(std::string(o.program().at("build").at("harness").at("unavailable").as_string()),
               HasSubstr("compiler is g++"));
@@ -146,7 +99,7 @@ TEST_F(ProgramJob, ACommandThatCannotBeSplitBuildsAsWrittenAndSaysWhy) {
 TEST_F(ProgramJob, AProblemThisMachineCannotRunIsSkippedWithTheReason) {
   json::object problem = load_problem("host_saxpy");
   problem["compute_capability"] = "99.0";
-  Outcome o = evaluate(request(problem, "pass"));
+  Outcome o = evaluate(program_request(problem, "pass"));
   EXPECT_EQ(o.body.at("status").as_string(), "skipped");
   EXPECT_THAT(std::string(o.program().at("skipped").as_string()),
               HasSubstr("compute capability 99.0"));
@@ -154,7 +107,7 @@ TEST_F(ProgramJob, AProblemThisMachineCannotRunIsSkippedWithTheReason) {
 
   problem = load_problem("host_saxpy");
   problem["min_cuda_toolkit"] = "99.0";
-  o = evaluate(request(problem, "pass"));
+  o = evaluate(program_request(problem, "pass"));
   EXPECT_EQ(o.body.at("status").as_string(), "skipped");
   EXPECT_THAT(std::string(o.program().at("skipped").as_string()), HasSubstr("CUDA toolkit 99.0"));
 }
@@ -164,7 +117,7 @@ TEST_F(ProgramJob, AHeaderOrLibraryTheProblemNeedsAndTheMachineLacksIsSkippedNot
   json::object& harness = problem["test_files"].as_array()[0].as_object();
   harness["content"] =
       "#include <keval_absent_library.h>\n" + std::string(harness["content"].as_string());
-  Outcome o = evaluate(request(problem, "pass"));
+  Outcome o = evaluate(program_request(problem, "pass"));
   EXPECT_EQ(o.body.at("status").as_string(), "skipped") << json::serialize(o.body);
   EXPECT_THAT(std::string(o.program().at("skipped").as_string()),
               HasSubstr("needs keval_absent_library.h"));
@@ -172,13 +125,13 @@ TEST_F(ProgramJob, AHeaderOrLibraryTheProblemNeedsAndTheMachineLacksIsSkippedNot
   problem = load_problem("host_saxpy");
   problem["build_command"] =
       std::string(problem["build_command"].as_string()) + " -lkeval_absent_library";
-  o = evaluate(request(problem, "pass"));
+  o = evaluate(program_request(problem, "pass"));
   EXPECT_EQ(o.body.at("status").as_string(), "skipped") << json::serialize(o.body);
   EXPECT_THAT(std::string(o.program().at("skipped").as_string()),
               HasSubstr("the library keval_absent_library"));
 
   // What only the solution includes is the solution's own failure.
-  json::object r = request(load_problem("host_saxpy"), "pass");
+  json::object r = program_request(load_problem("host_saxpy"), "pass");
   json::object& file = r["kernel"]
                            .as_object()["metadata"]
                            .as_object()["solution"]
@@ -194,7 +147,7 @@ TEST_F(ProgramJob, AHeaderOrLibraryTheProblemNeedsAndTheMachineLacksIsSkippedNot
 
 TEST_F(ProgramJob, ASolutionThatWouldEndTheHarnessProcessFails) {
   // exit(0) before the harness compares anything would pass any test by its exit status.
-  Outcome o = evaluate(request(load_problem("host_saxpy"), "exit_early"));
+  Outcome o = evaluate(program_request(load_problem("host_saxpy"), "exit_early"));
   EXPECT_FALSE(o.passed());
   EXPECT_EQ(o.exit_code, 1);
   EXPECT_THAT(std::string(o.body.at("compilation_error").as_string()),
@@ -220,7 +173,7 @@ TEST_F(ProgramJob, ASolutionThatWouldEndTheHarnessProcessFails) {
        "(int*)0, [](int v) { return v; }); }\n"},
   };
   for (const auto& [name, body] : cheats) {
-    json::object r = request(problem, "pass");
+    json::object r = program_request(problem, "pass");
     r["kernel"].as_object()["metadata"].as_object()["solution"].as_object()["files"] =
         json::array{json::object{{"path", "solution.cpp"}, {"content", header + body}}};
     o = evaluate(r);
@@ -228,7 +181,7 @@ TEST_F(ProgramJob, ASolutionThatWouldEndTheHarnessProcessFails) {
     EXPECT_THAT(std::string(o.program().at("process_control").as_string()), HasSubstr(name));
   }
   // A CUDA_CHECK-style exit(EXIT_FAILURE) or a comment naming exit(0) is an honest solution's.
-  json::object honest = request(problem, "pass");
+  json::object honest = program_request(problem, "pass");
   json::object& file = honest["kernel"]
                            .as_object()["metadata"]
                            .as_object()["solution"]
@@ -240,6 +193,59 @@ TEST_F(ProgramJob, ASolutionThatWouldEndTheHarnessProcessFails) {
                     "static const char* why = \"_exit\";\n";
   o = evaluate(honest);
   EXPECT_TRUE(o.passed()) << json::serialize(o.body);
+}
+
+// A program's device metrics come from one more run of its benchmark command, counting the
+// kernels its timing mode selects (the GPU side: tests/gpu/program_device_metrics_test.cpp).
+// Wherever none can be counted each side says why, and the verdict and the times stand.
+TEST_F(ProgramJob, DeviceMetricsOfAProgramSayWhyWhereNoKernelCanBeCounted) {
+  json::object problem = load_problem("host_saxpy");
+  problem["benchmark_command"] = "./test.out";
+  const auto reasons = [&](const json::object& r) {
+    const Outcome o = evaluate(r);
+    EXPECT_TRUE(o.passed()) << json::serialize(o.body);
+    const json::object& metadata = o.body.at("kernel_exec_result").at("metadata").as_object();
+    std::vector<std::string> out;
+    for (const char* side : {"device_metrics", "ref_device_metrics"}) {
+      const json::value* m = metadata.if_contains(side);
+      if (m == nullptr) {
+        out.push_back(std::string(side) + " missing");
+        continue;
+      }
+      EXPECT_FALSE(m->at("available").as_bool()) << json::serialize(*m);
+      out.push_back(std::string(m->at("reason").as_string()));
+    }
+    return out;
+  };
+
+  // Process wall clock: no kernel is timed, so none is counted; the speedup is still there.
+  json::object r = program_request(problem, "pass", {{"benchmark", true}});
+  r["device_metrics"] = true;
+  for (const auto& why : reasons(r))
+    EXPECT_THAT(why, HasSubstr("timing mode 'process' times no kernels")) << why;
+
+  // A timing mode that names kernels, on a program that launches none: the benchmark itself
+  // fails (no profile), and the metrics say so rather than run it again.
+  problem["timing_mode"] = json::object{{"type", "kernels"}};
+  r = program_request(problem, "pass", {{"benchmark", true}});
+  r["device_metrics"] = json::array{"memory"};
+  const Outcome failed = evaluate(r);
+  const json::object& metadata = failed.body.at("kernel_exec_result").at("metadata").as_object();
+  EXPECT_THAT(std::string(metadata.at("device_metrics").at("reason").as_string()),
+              HasSubstr("not collected: the benchmark failed"))
+      << json::serialize(metadata);
+
+  // Without performance mode there is no benchmark run to count: the candidate's side says so.
+  r = program_request(problem, "pass");
+  r["device_metrics"] = true;
+  const Outcome plain = evaluate(r);
+  EXPECT_TRUE(plain.passed()) << json::serialize(plain.body);
+  EXPECT_THAT(std::string(plain.body.at("kernel_exec_result")
+                              .at("metadata")
+                              .at("device_metrics")
+                              .at("reason")
+                              .as_string()),
+              HasSubstr("come from its benchmark runs"));
 }
 
 TEST_F(ProgramJob, TheRegistryRefusesAProgramTypeWithoutAProblemOrInACompare) {
@@ -255,7 +261,7 @@ TEST_F(ProgramJob, TheRegistryRefusesAProgramTypeWithoutAProblemOrInACompare) {
       {"kernel", json::object{{"kernel_type", "cuda_program"}, {"source_code", "int main() {}"}}}};
   EXPECT_THAT(check(no_problem, request::EvalRequest::Mode::evaluate),
               HasSubstr("kernel.metadata.problem: is required for kernel type 'cuda_program'"));
-  json::object r = request(load_problem("host_saxpy"), "pass");
+  json::object r = program_request(load_problem("host_saxpy"), "pass");
   json::object compare{{"ref_kernel", r.at("kernel")}, {"custom_kernel", r.at("kernel")}};
   EXPECT_THAT(check(compare, request::EvalRequest::Mode::compare),
               HasSubstr("custom_kernel.kernel_type: 'cuda_program' is evaluate-only"));

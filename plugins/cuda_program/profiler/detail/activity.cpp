@@ -1,5 +1,6 @@
 #include "detail/activity.hpp"
 
+#include "detail/counters.hpp"
 #include "detail/state.hpp"
 
 #include <cstdlib>
@@ -42,9 +43,11 @@ bool complete(uint64_t start, uint64_t end) {
 
 class Intake {
 public:
-  explicit Intake(State& s) : s_(s), keep_(s.ranges_seen.load()) {}
+  explicit Intake(State& s) : s_(s), keep_(s.ranges_seen.load()), counters_(counters_requested()) {}
 
   void kernel(const CUpti_ActivityKernel10& k) {
+    if (counters_)
+      note_kernel_record(k);
     if (!complete(k.start, k.end)) {
       ++s_.incomplete_records;
       return;
@@ -96,6 +99,7 @@ private:
 
   State& s_;
   bool keep_;
+  bool counters_; // counter mode: counted launches want their shapes (detail/counters.hpp)
 };
 
 } // namespace

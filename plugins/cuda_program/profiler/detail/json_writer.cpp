@@ -102,6 +102,17 @@ void JsonWriter::number(double value, int decimals) {
   out_ += buffer;
 }
 
+void JsonWriter::real(double value) {
+  before_value();
+  if (!std::isfinite(value)) {
+    out_ += "null";
+    return;
+  }
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.17g", value);
+  out_ += buffer;
+}
+
 void JsonWriter::quoted(std::string_view text) {
   out_ += '"';
   for (std::size_t i = 0; i < text.size();) {

@@ -22,6 +22,8 @@ public:
   void boolean(bool value);
   // Fixed-point with `decimals` digits (ms with 6 is ns resolution); non-finite values become 0.
   void number(double value, int decimals);
+  // Every digit a double holds ("%.17g"); a non-finite value is written as null.
+  void real(double value);
 
   // Convenience: key + value.
   void field(std::string_view name, uint64_t value) {
