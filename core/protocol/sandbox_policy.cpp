@@ -62,6 +62,10 @@ json::object to_json(const SandboxPolicy& p) {
   for (const auto& dir : p.shared_writable)
     writable.emplace_back(dir);
   o["shared_writable"] = std::move(writable);
+  json::array readonly;
+  for (const auto& dir : p.shared_readonly)
+    readonly.emplace_back(dir);
+  o["shared_readonly"] = std::move(readonly);
   o["runner_dir"] = p.runner_dir;
   o["cgroup_parent"] = p.cgroup_parent;
   o["cgroup"] = p.cgroup;
@@ -129,6 +133,15 @@ SandboxPolicy parse_sandbox_policy(const json::object& o) {
     if (!dir.is_string())
       throw std::invalid_argument("sandbox policy: 'shared_writable' holds a non-string");
     p.shared_writable.emplace_back(dir.as_string());
+  }
+  if (const json::value* readonly = o.if_contains("shared_readonly")) {
+    if (!readonly->is_array())
+      throw std::invalid_argument("sandbox policy: 'shared_readonly' must be an array");
+    for (const auto& dir : readonly->as_array()) {
+      if (!dir.is_string())
+        throw std::invalid_argument("sandbox policy: 'shared_readonly' holds a non-string");
+      p.shared_readonly.emplace_back(dir.as_string());
+    }
   }
   p.runner_dir = text_at(o, "runner_dir");
   p.cgroup_parent = text_at(o, "cgroup_parent");

@@ -58,8 +58,12 @@ struct SandboxPolicy {
   std::string worker_tag;
   // Never readable by user code (the state directory: records, their key, other jobs' files).
   std::string private_dir;
-  // Writable beyond the runner's own directory (the torch_cuda build cache).
+  // Writable beyond the runner's own directory (the torch_cuda build cache): a reference's
+  // runner only. A candidate's runner gets the same directories in shared_readonly instead
+  // (worker/isolation/sandbox.hpp, policy_for_side): what it builds stays its own, so no
+  // candidate can change what another job's build loads.
   std::vector<std::string> shared_writable;
+  std::vector<std::string> shared_readonly;
   // Filled by the trusted worker for one runner:
   std::string runner_dir; // the runner's working directory, HOME and TMPDIR; the only place it
                           // writes besides shared_writable

@@ -19,6 +19,7 @@
 #include "protocol/sandbox_policy.hpp"
 #include "worker/conformance/abi_checks.hpp"
 #include "worker/isolation/isolation.hpp"
+#include "worker/isolation/sandbox.hpp"
 #include "worker/pipeline/pipeline.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
 #include "worker/program/step_process.hpp"
@@ -30,6 +31,7 @@
 #include "worker/cuda/engine_opener.hpp"
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -40,6 +42,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/json/array.hpp>
@@ -159,13 +162,17 @@ public:
   Runners(std::filesystem::path worker_exe, keval::protocol::SandboxPolicy sandbox)
       : worker_exe_(std::move(worker_exe)), sandbox_(std::move(sandbox)) {}
 
-  // Starts `count` runners that prewarm `plugins`, and waits for their hellos.
-  void prestart(size_t count, const std::vector<std::string>& plugins,
+  // Starts a runner for each of `sides` that prewarms `plugins`, and waits for their hellos.
+  // Each starts under its side's policy (isolation::policy_for_side): the candidate's cannot
+  // write the shared build cache, which the reference's prewarm fills.
+  void prestart(const std::vector<std::string>& sides, const std::vector<std::string>& plugins,
                 keval::protocol::Hello& hello) {
     const auto started = std::chrono::steady_clock::now();
-    for (size_t i = 0; i < count; ++i)
-      ready_.push_back(keval::worker::RunnerClient::spawn(worker_exe_, plugins, sandbox_));
-    for (auto& runner : ready_)
+    for (const std::string& side : sides)
+      ready_.emplace_back(side, keval::worker::RunnerClient::spawn(
+                                    worker_exe_, plugins,
+                                    keval::worker::isolation::policy_for_side(sandbox_, side)));
+    for (auto& [side, runner] : ready_)
       greet(*runner);
     const boost::json::object& first = hellos_.begin()->second;
 #ifdef KEVAL_HAVE_CUDA
@@ -187,11 +194,14 @@ public:
 
   std::unique_ptr<keval::worker::RunnerClient> take(const std::string& side) override {
     std::unique_ptr<keval::worker::RunnerClient> runner;
-    if (!ready_.empty()) {
-      runner = std::move(ready_.front());
-      ready_.erase(ready_.begin());
+    const auto prestarted = std::find_if(ready_.begin(), ready_.end(),
+                                         [&](const auto& ready) { return ready.first == side; });
+    if (prestarted != ready_.end()) {
+      runner = std::move(prestarted->second);
+      ready_.erase(prestarted);
     } else {
-      runner = keval::worker::RunnerClient::spawn(worker_exe_, {}, sandbox_);
+      runner = keval::worker::RunnerClient::spawn(
+          worker_exe_, {}, keval::worker::isolation::policy_for_side(sandbox_, side));
       greet(*runner);
     }
     runner->set_side(side);
@@ -221,7 +231,7 @@ private:
 
   std::filesystem::path worker_exe_;
   keval::protocol::SandboxPolicy sandbox_;
-  std::vector<std::unique_ptr<keval::worker::RunnerClient>> ready_;
+  std::vector<std::pair<std::string, std::unique_ptr<keval::worker::RunnerClient>>> ready_;
   std::map<pid_t, boost::json::object> hellos_;
 #ifdef KEVAL_HAVE_CUDA
   // A prestarted worker opens its device while its runners prewarm (see EngineOpener).
@@ -229,8 +239,8 @@ private:
 #endif
 };
 
-// A job's sides: the reference of a compare and the candidate.
-constexpr size_t kSidesPerJob = 2;
+// A job's sides: the candidate and the reference of a compare.
+const std::vector<std::string> kJobSides{"custom", "ref"};
 
 int serve_one_job(int fd, const std::vector<std::string>& prewarm_paths,
                   const keval::protocol::SandboxPolicy& sandbox) {
@@ -246,7 +256,7 @@ int serve_one_job(int fd, const std::vector<std::string>& prewarm_paths,
     hello.pid = ::getpid();
     hello.isolation = layers;
     if (!prewarm_paths.empty())
-      runners.prestart(kSidesPerJob, prewarm_paths, hello);
+      runners.prestart(kJobSides, prewarm_paths, hello);
     channel.send(keval::protocol::to_frame(hello));
 
     const keval::worker::JobSpec job = keval::worker::parse_job(channel.receive());

@@ -342,11 +342,40 @@ SandboxPolicy place_runner(const SandboxPolicy& policy) {
   return runner;
 }
 
+SandboxPolicy policy_for_side(SandboxPolicy policy, const std::string& side) {
+  if (side == "ref")
+    return policy;
+  for (auto& dir : policy.shared_writable)
+    policy.shared_readonly.push_back(std::move(dir));
+  policy.shared_writable.clear();
+  return policy;
+}
+
+namespace {
+
+// Where a runner with the shared cache read-only builds instead (its own directory, gone with
+// it), and the switch that tells the torch_cuda type's builder so.
+void add_cache_view(const SandboxPolicy& policy, std::vector<std::string>& env) {
+  if (policy.shared_readonly.empty())
+    return;
+  env.emplace_back("KEVAL_CACHE_READ_ONLY=1");
+  env.push_back("KEVAL_PRIVATE_CACHE_DIR=" +
+                (fs::path(policy.runner_dir) / ".keval-cache").string());
+}
+
+} // namespace
+
 std::vector<std::string> sandbox_environment(const SandboxPolicy& policy) {
   std::vector<std::string> env;
   if (policy.mode == SandboxMode::off) {
-    for (char** e = environ; e != nullptr && *e != nullptr; ++e)
-      env.emplace_back(*e);
+    // Nothing is enforced, but keval's own builder still keeps a candidate's builds to itself.
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+      const std::string_view entry(*e);
+      if (entry.rfind("KEVAL_CACHE_READ_ONLY=", 0) != 0 &&
+          entry.rfind("KEVAL_PRIVATE_CACHE_DIR=", 0) != 0)
+        env.emplace_back(entry);
+    }
+    add_cache_view(policy, env);
     return env;
   }
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -363,6 +392,9 @@ std::vector<std::string> sandbox_environment(const SandboxPolicy& policy) {
   env.push_back("TORCH_EXTENSIONS_DIR=" + (dir / "torch_extensions").string());
   if (!policy.shared_writable.empty())
     env.push_back("KEVAL_CACHE_DIR=" + policy.shared_writable.front());
+  else if (!policy.shared_readonly.empty())
+    env.push_back("KEVAL_CACHE_DIR=" + policy.shared_readonly.front());
+  add_cache_view(policy, env);
   return env;
 }
 
@@ -522,6 +554,9 @@ json::object apply_sandbox(const SandboxPolicy& policy) {
   for (const auto& dir : policy.shared_writable)
     if (fs::is_directory(dir))
       landlock.writable_dirs.push_back(dir);
+  for (const auto& dir : policy.shared_readonly)
+    if (fs::is_directory(dir))
+      landlock.readable_dirs.push_back(dir);
   if (fs::is_directory("/dev/shm"))
     landlock.writable_dirs.push_back("/dev/shm");
   // Its own /proc/<pid>: the CUDA driver names its threads through /proc/self/task/*/comm, and

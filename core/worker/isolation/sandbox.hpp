@@ -37,6 +37,12 @@ namespace keval::worker::isolation {
 // policy the runner is started with. Throws std::system_error when the directory cannot be made.
 protocol::SandboxPolicy place_runner(const protocol::SandboxPolicy& policy);
 
+// The policy of a runner for `side`: the reference's ("ref") as given; any other (the
+// candidate, a whole program's solution and harness) gets the shared build cache read-only, so
+// that nothing its user code writes is ever loaded by another job (a planted library, header or
+// precompiled header would otherwise run in every later build of its key).
+protocol::SandboxPolicy policy_for_side(protocol::SandboxPolicy policy, const std::string& side);
+
 // The environment a runner starts with: variables on the allow-list from ours, then HOME, TMPDIR
 // and the tools' caches pointed into its own directory. Mode off: ours unchanged.
 std::vector<std::string> sandbox_environment(const protocol::SandboxPolicy& runner_policy);

@@ -72,6 +72,13 @@ report = {
     "signal_trusted": attempt(lambda: os.kill(trusted, 0)),
     "write_own_dir": attempt(lambda: write(os.path.join(os.getcwd(), "scratch.txt"))),
     "write_tmpdir": attempt(lambda: write(os.path.join(os.environ.get("TMPDIR", "/nonexistent"), "t"))),
+    # The build cache other jobs load from: a library, header or precompiled header planted
+    # there would run in every later build of its key.
+    "write_shared_cache": attempt(lambda: write(os.path.join(
+        os.environ.get("KEVAL_CACHE_DIR", "/nonexistent"), f"planted-{os.getpid()}"))),
+    "read_shared_cache": attempt(lambda: os.listdir(os.environ.get("KEVAL_CACHE_DIR", "/nonexistent"))),
+    "shared_cache_dir": os.environ.get("KEVAL_CACHE_DIR"),
+    "cache_read_only": os.environ.get("KEVAL_CACHE_READ_ONLY"),
     "uid": os.getuid(),
     "gid": os.getgid(),
     "pid": os.getpid(),

@@ -183,6 +183,24 @@ TEST_F(Sandbox, WritesGoOnlyToItsOwnDirectory) {
   fs::remove_all(probe().open_dir, ec);
 }
 
+// The torch_cuda build cache is shared by jobs; only reference-side runners write it. A
+// candidate may read it (a build the reference side made is reused) but writes nothing another
+// job could load.
+TEST_F(Sandbox, TheSharedBuildCacheIsReadOnlyToTheCandidate) {
+  EXPECT_EQ(attempt("cache_read_only"), "1") << "the candidate's builder was not told";
+  std::string why;
+  if (!active("filesystem", &why))
+    GTEST_SKIP() << "filesystem layer not applied here: " << why;
+  const std::string cache = attempt("shared_cache_dir");
+  ASSERT_TRUE(fs::is_directory(cache)) << cache;
+  EXPECT_TRUE(denied(attempt("write_shared_cache"))) << attempt("write_shared_cache");
+  EXPECT_EQ(attempt("read_shared_cache"), "allowed");
+  for (const auto& entry : fs::directory_iterator(cache))
+    EXPECT_EQ(entry.path().filename().string().rfind("planted-", 0), std::string::npos)
+        << entry.path();
+  EXPECT_NE(why.find("read-only: " + cache), std::string::npos) << why;
+}
+
 TEST_F(Sandbox, NoNetworkIsReachable) {
   std::string network_why, tcp_why, seccomp_why;
   const bool network = active("network", &network_why);

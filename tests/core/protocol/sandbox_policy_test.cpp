@@ -20,6 +20,7 @@ SandboxPolicy sample() {
   p.work_root = "/state/work";
   p.private_dir = "/state";
   p.shared_writable = {"/var/cache/keval", "/other"};
+  p.shared_readonly = {"/read/only"};
   p.cgroup_parent = "/sys/fs/cgroup/keval";
   p.cgroup_skipped = "";
   p.runner_dir = "/state/work/runner-1-0";
@@ -42,6 +43,7 @@ TEST(SandboxPolicy, RoundTripsThroughItsJson) {
   EXPECT_EQ(back.work_root, "/state/work");
   EXPECT_EQ(back.private_dir, "/state");
   EXPECT_EQ(back.shared_writable, (std::vector<std::string>{"/var/cache/keval", "/other"}));
+  EXPECT_EQ(back.shared_readonly, (std::vector<std::string>{"/read/only"}));
   EXPECT_EQ(back.cgroup_parent, "/sys/fs/cgroup/keval");
   EXPECT_EQ(back.runner_dir, "/state/work/runner-1-0");
   EXPECT_EQ(back.cgroup, "/sys/fs/cgroup/keval/runner-1-0");
@@ -69,6 +71,12 @@ TEST(SandboxPolicy, MalformedPoliciesAreRefusedByField) {
   o = to_json(sample());
   o["shared_writable"] = boost::json::array{1};
   EXPECT_THROW(parse_sandbox_policy(o), std::invalid_argument);
+  o = to_json(sample());
+  o["shared_readonly"] = "/not/a/list";
+  EXPECT_THROW(parse_sandbox_policy(o), std::invalid_argument);
+  o = to_json(sample());
+  o.erase("shared_readonly"); // a policy written before the field: none read-only
+  EXPECT_TRUE(parse_sandbox_policy(o).shared_readonly.empty());
   EXPECT_THROW(parse_sandbox_policy(std::string_view("[1, 2]")), std::invalid_argument);
   EXPECT_THROW(parse_sandbox_policy(std::string_view("{not json")), std::invalid_argument);
 }

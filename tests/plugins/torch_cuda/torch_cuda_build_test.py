@@ -304,16 +304,29 @@ class PrecompiledHeader(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
-    def builder(self, body):
+    def builder(self, body, cache_name="cache", shared_dirs=None):
         with open(self.compiler, "w") as f:
             f.write("#!/bin/sh\n" + body)
         os.chmod(self.compiler, 0o755)
         toolchain = types.SimpleNamespace(key_parts=TOOLCHAIN, cxx=self.compiler, defines=[],
                                           include_paths=[])
-        return build.Builder(None, None, cache_dir=os.path.join(self.tmp.name, "cache"),
-                             toolchain=toolchain)
+        return build.Builder(None, None, cache_dir=os.path.join(self.tmp.name, cache_name),
+                             toolchain=toolchain, shared_dirs=shared_dirs)
 
     WRITE_OUTPUT = 'while [ "$1" != -o ]; do shift; done; echo pch > "$2"\n'
+
+    def test_a_candidate_uses_the_shared_header_and_never_builds_one_there(self):
+        shared = os.path.join(self.tmp.name, "cache")
+        candidate = self.builder(self.WRITE_OUTPUT, "private", [shared])
+        # Nothing shared yet: a candidate's prewarm starts no compiler.
+        self.assertEqual(candidate.prepare(wait=False), "left to the shared cache (read-only here)")
+        self.assertFalse(os.path.exists(shared))
+        self.assertEqual(self.builder(self.WRITE_OUTPUT).prepare(), "built")  # the reference's
+        candidate = self.builder(self.WRITE_OUTPUT, "private", [shared])
+        self.assertEqual(candidate.prepare(wait=False), "present")
+        pch = candidate._pch_dir(candidate._cxx_flags("trimmed"))
+        self.assertTrue(pch.startswith(shared + os.sep), pch)  # its headers are the shared ones
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "private", "pch")))
 
     def test_built_once_then_present(self):
         builder = self.builder(self.WRITE_OUTPUT)
@@ -355,9 +368,10 @@ class FakeBuilder(build.Builder):
     """A Builder whose compile step writes a stand-in library and whose import returns its
     path; counts the builds so tests can see what the cache did."""
 
-    def __init__(self, work_dir, cache_dir):
+    def __init__(self, work_dir, cache_dir, shared_dirs=None):
         super().__init__(work_dir, 90, cache_dir=cache_dir,
-                         toolchain=types.SimpleNamespace(key_parts=TOOLCHAIN))
+                         toolchain=types.SimpleNamespace(key_parts=TOOLCHAIN),
+                         shared_dirs=shared_dirs)
         self.compiles = 0
         self.started = threading.Event()
         self.release = threading.Event()
@@ -436,6 +450,57 @@ class Cache(unittest.TestCase):
         waiter.join(20)
         self.assertEqual(first.compiles + second.compiles, 1)
         self.assertEqual(second.builds[0]["cache"], "hit_after_wait")
+
+    def test_a_candidate_uses_the_shared_cache_and_writes_only_its_own(self):
+        """A candidate's runner (KEVAL_CACHE_READ_ONLY=1) may load what the reference side
+        built, but what it builds stays in its own cache: nothing it writes reaches another
+        job's load (issue 11: a planted entry would run in every later build of its key)."""
+        reference = self.builder("ref")
+        reference.load(self.extension)
+
+        def snapshot(root):
+            found = {}
+            for directory, _, names in os.walk(root):
+                for name in names:
+                    path = os.path.join(directory, name)
+                    with open(path, "rb") as f:
+                        found[os.path.relpath(path, root)] = f.read()
+            return found
+
+        shared_before = snapshot(self.cache)
+        private = os.path.join(self.tmp.name, "candidate-cache")
+        candidate = FakeBuilder(os.path.join(self.tmp.name, "cand"), private, [self.cache])
+        candidate.load(self.extension)
+        self.assertEqual(candidate.builds[0]["cache"], "hit_shared")
+        self.assertEqual(candidate.compiles, 0)
+        other = Extension.inline("k2", "int f();", "__global__ void h(){}", ["f"])
+        candidate.load(other)
+        self.assertEqual(candidate.builds[1]["cache"], "miss")
+        self.assertTrue(candidate.builds[1]["entry"].startswith(private))
+        self.assertEqual(snapshot(self.cache), shared_before)
+        # A later reference job does not find the candidate's build: it builds its own.
+        later = self.builder("ref2")
+        later.load(other)
+        self.assertEqual((later.builds[0]["cache"], later.compiles), ("miss", 1))
+
+    def test_a_read_only_view_is_located_from_the_environment(self):
+        names = ("KEVAL_CACHE_DIR", "KEVAL_CACHE_READ_ONLY", "KEVAL_PRIVATE_CACHE_DIR")
+        saved = {k: os.environ.pop(k, None) for k in names}
+        try:
+            os.environ["KEVAL_CACHE_DIR"] = "/k"
+            self.assertEqual(cache.cache_locations(), ("/k/torch_cuda", []))
+            os.environ["KEVAL_CACHE_READ_ONLY"] = "1"
+            os.environ["KEVAL_PRIVATE_CACHE_DIR"] = "/runner/.keval-cache"
+            self.assertEqual(cache.cache_locations(),
+                             ("/runner/.keval-cache/torch_cuda", ["/k/torch_cuda"]))
+            builder = build.Builder(None, None)
+            self.assertEqual((builder.cache_dir, builder.shared_dirs),
+                             ("/runner/.keval-cache/torch_cuda", ["/k/torch_cuda"]))
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
 
     def test_cache_location(self):
         saved = {k: os.environ.pop(k, None) for k in ("KEVAL_CACHE_DIR", "XDG_CACHE_HOME")}

@@ -161,6 +161,10 @@ LandlockOutcome restrict_with_landlock(const LandlockRequest& request) {
     }
     writable += (writable.empty() ? "" : ", ") + dir;
   }
+  std::string readonly;
+  for (const auto& dir : request.readable_dirs)
+    if (add_path_rule(ruleset, dir, read))
+      readonly += (readonly.empty() ? "" : ", ") + dir;
   for (const auto& file : request.writable_files)
     add_path_rule(ruleset, file, file_write); // a device this machine lacks is simply not there
 
@@ -172,7 +176,8 @@ LandlockOutcome restrict_with_landlock(const LandlockRequest& request) {
   out.filesystem.active = true;
   out.filesystem.detail = "Landlock ABI " + std::to_string(out.abi) + ": reads everywhere but " +
                           (private_dir.empty() ? std::string("(none)") : private_dir.string()) +
-                          "; writes only beneath " + writable + " and to devices it needs";
+                          "; writes only beneath " + writable + " and to devices it needs" +
+                          (readonly.empty() ? std::string() : "; read-only: " + readonly);
   if (out.abi >= 4) {
     out.tcp.active = true;
     out.tcp.detail = "Landlock ABI " + std::to_string(out.abi) + ": no TCP bind or connect";

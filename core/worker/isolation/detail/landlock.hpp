@@ -10,6 +10,7 @@ namespace keval::worker::isolation::detail {
 struct LandlockRequest {
   std::string private_dir;                 // nothing below it is readable (except writable_dirs)
   std::vector<std::string> writable_dirs;  // read, write, create, remove beneath
+  std::vector<std::string> readable_dirs;  // read beneath, even within private_dir; no writes
   std::vector<std::string> writable_files; // read and write (devices: /dev/null, /dev/nvidia0, ...)
 };
 

@@ -52,10 +52,16 @@ class BuildFailed(Exception):
 class Builder:
     """Builds and caches extensions for one job; ``builds`` records what each call did."""
 
-    def __init__(self, work_dir, cuda_arch, cache_dir=None, toolchain=None):
+    def __init__(self, work_dir, cuda_arch, cache_dir=None, toolchain=None, shared_dirs=None):
         self.work_dir = work_dir
         self.cuda_arch = cuda_arch
-        self.cache_dir = cache_dir or cache.cache_root()
+        # Builds go into cache_dir; shared_dirs are caches this process may only read (a
+        # candidate's view of the shared one: cache.cache_locations).
+        if cache_dir is None:
+            cache_dir, located_shared = cache.cache_locations()
+            shared_dirs = located_shared if shared_dirs is None else shared_dirs
+        self.cache_dir = cache_dir
+        self.shared_dirs = list(shared_dirs or [])
         self._toolchain = toolchain
         self._header_flags = None
         self.builds = []  # one dict per load_inline/load call, for the compile info
@@ -77,7 +83,17 @@ class Builder:
         record = {"name": extension.name, "module": name, "key": key, "entry": entry}
         if extension.notes:
             record["notes"] = list(extension.notes)
-        library, why = cache.verify_entry(entry, key)
+        library, why = None, None
+        for shared in self.shared_dirs:  # entries enter by rename: no lock needed to read one
+            library, _ = cache.verify_entry(cache.entry_dir(shared, key), key)
+            if library is not None:
+                record["entry"] = cache.entry_dir(shared, key)
+                record["cache"] = "hit_shared"
+                break
+        if library is None:
+            library, why = cache.verify_entry(entry, key)
+            if library is not None:
+                record["cache"] = "hit"
         if library is None:
             with cache.key_lock(entry, key):  # one builder per key; the others wait here
                 library, why_now = cache.verify_entry(entry, key)
@@ -96,8 +112,6 @@ class Builder:
                         raise
                 else:
                     record["cache"] = "hit_after_wait"
-        else:
-            record["cache"] = "hit"
         module = _import_extension(name, library)
         record["seconds"] = round(time.monotonic() - started, 3)
         self.builds.append(record)
@@ -106,8 +120,16 @@ class Builder:
     def header_flags(self):
         """{header set: the compiler flags selecting it} (headers.py), made once per builder."""
         if self._header_flags is None:
-            self._header_flags = headers.header_flags(self.cache_dir,
-                                                      self.toolchain.include_paths)
+            # The shared cache's headers when it has them all: its precompiled headers are keyed
+            # by these paths.
+            for shared in self.shared_dirs:
+                self._header_flags = headers.header_flags(shared, self.toolchain.include_paths,
+                                                          create=False)
+                if self._header_flags is not None:
+                    break
+            if self._header_flags is None:
+                self._header_flags = headers.header_flags(self.cache_dir,
+                                                          self.toolchain.include_paths)
         return self._header_flags
 
     def _cxx_flags(self, header_set, extension=None):
@@ -118,6 +140,10 @@ class Builder:
                 (extension.extra_cflags if extension else []))
 
     def _pch_dir(self, cxx_flags):
+        for shared in self.shared_dirs:
+            pch_dir = precompiled_header.directory(shared, self.toolchain.key_parts, cxx_flags)
+            if precompiled_header.usable(pch_dir):
+                return pch_dir
         return precompiled_header.directory(self.cache_dir, self.toolchain.key_parts, cxx_flags)
 
     def prepare(self, wait=True):
@@ -127,8 +153,14 @@ class Builder:
         once the compiler started (precompiled_header.py says why). Returns "present", "being
         built", "started" or, with ``wait``, "built" or "failed"."""
         cxx_flags = self._cxx_flags("trimmed")
-        return precompiled_header.precompile(self.toolchain.cxx, cxx_flags,
-                                             self._pch_dir(cxx_flags), wait)
+        pch_dir = self._pch_dir(cxx_flags)
+        if self.shared_dirs and precompiled_header.usable(pch_dir):
+            return "present"
+        if self.shared_dirs and not wait:
+            # A candidate's prewarm: a header only it could use is not worth a compiler in the
+            # background; the reference side's prewarm fills the shared cache.
+            return "left to the shared cache (read-only here)"
+        return precompiled_header.precompile(self.toolchain.cxx, cxx_flags, pch_dir, wait)
 
     def _compile_unit(self, attempt, header_sets, fallback=None):
         """Compiles one unit with the first of ``header_sets`` that compiles, and with

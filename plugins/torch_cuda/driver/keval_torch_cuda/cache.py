@@ -13,6 +13,12 @@ builds, the others wait and load its entry.
 
 Location: ``$KEVAL_CACHE_DIR/torch_cuda``, else ``$XDG_CACHE_HOME/keval/torch_cuda``, else
 ``~/.cache/keval/torch_cuda``.
+
+Who writes it: only the runners of a compare's reference (and their prewarm). A candidate's
+runner has it read-only (``KEVAL_CACHE_READ_ONLY=1``, enforced by Landlock where the sandbox
+applies it): it uses what is there and builds anything else in a cache of its own
+(``$KEVAL_PRIVATE_CACHE_DIR``, gone with the runner), so no library, generated header or
+precompiled header a candidate wrote is ever loaded by another job.
 """
 import contextlib
 import fcntl
@@ -43,6 +49,18 @@ def cache_root():
         base = os.path.join(xdg, "keval") if xdg else os.path.join(
             os.path.expanduser("~"), ".cache", "keval")
     return os.path.join(base, "torch_cuda")
+
+
+def cache_locations():
+    """(the directory this process builds into, the shared ones it may only read): the shared
+    cache and none, or, with ``KEVAL_CACHE_READ_ONLY=1`` (a candidate's runner), its own cache and
+    the shared one."""
+    shared = cache_root()
+    if os.environ.get("KEVAL_CACHE_READ_ONLY") != "1":
+        return shared, []
+    private = os.environ.get("KEVAL_PRIVATE_CACHE_DIR") or os.path.join(
+        os.environ.get("TMPDIR") or "/tmp", f"keval-cache-{os.getpid()}")
+    return os.path.join(private, "torch_cuda"), [shared]
 
 
 def fingerprint_include_dir(directory):

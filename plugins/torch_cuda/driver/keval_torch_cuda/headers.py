@@ -54,15 +54,24 @@ TRIMMED_EXTENSION_H = """// keval: torch/extension.h trimmed (torch_cuda_build.p
 """
 
 
-def header_flags(cache_dir, include_paths):
+def header_flags(cache_dir, include_paths, create=True):
     """{header set: the compiler flags selecting it}, the files written below ``cache_dir``;
-    "lean" is absent when the torch on ``include_paths`` has none of the lines it drops."""
-    prelude = "-I" + _header_dir(cache_dir, {PCH_HEADER: PCH_HEADER_TEXT})
-    trimmed = "-I" + _header_dir(cache_dir, {"torch/extension.h": TRIMMED_EXTENSION_H})
-    flags = {"trimmed": [trimmed, prelude], "full": [prelude]}
+    "lean" is absent when the torch on ``include_paths`` has none of the lines it drops. With
+    ``create`` false (a cache this process may only read), None unless every file is there."""
+    sets = {"prelude": {PCH_HEADER: PCH_HEADER_TEXT},
+            "trimmed": {"torch/extension.h": TRIMMED_EXTENSION_H}}
     lean = lean_headers(include_paths)
     if lean:
-        flags["lean"] = [LEAN_DEFINE, f"-I{_header_dir(cache_dir, lean)}", trimmed, prelude]
+        sets["lean"] = lean
+    dirs = {}
+    for name, files in sets.items():
+        dirs[name] = _header_dir(cache_dir, files, create)
+        if dirs[name] is None:
+            return None
+    prelude, trimmed = "-I" + dirs["prelude"], "-I" + dirs["trimmed"]
+    flags = {"trimmed": [trimmed, prelude], "full": [prelude]}
+    if lean:
+        flags["lean"] = [LEAN_DEFINE, f"-I{dirs['lean']}", trimmed, prelude]
     return flags
 
 
@@ -83,13 +92,16 @@ def lean_headers(include_paths):
     return files
 
 
-def _header_dir(cache_dir, files):
+def _header_dir(cache_dir, files, create=True):
     """A directory in the cache holding ``files`` ({relative path: text}), named by their
-    content and put in place by rename (written once, never changed)."""
+    content and put in place by rename (written once, never changed); without ``create``, None
+    when it is not there."""
     material = json.dumps(files, sort_keys=True).encode("utf-8")
     directory = os.path.join(cache_dir, "headers", hashlib.sha256(material).hexdigest()[:16])
     if os.path.isdir(directory):
         return directory
+    if not create:
+        return None
     staging = f"{directory}.tmp-{uuid.uuid4().hex}"
     for relative, text in files.items():
         os.makedirs(os.path.dirname(os.path.join(staging, relative)), exist_ok=True)
