@@ -134,6 +134,19 @@ json::object candidate(const std::string& source) {
   return kernel("torch_cuda", source);
 }
 
+// A ModelNew source as a compare's reference: KernelBench's Model name and inputs added.
+json::object reference_of(const std::string& model_new_source) {
+  return kernel("torch_cuda", model_new_source + R"(
+Model = ModelNew
+
+def get_inputs():
+    return [torch.randn(4096, 1024), torch.randn(4096, 1024)]
+
+def get_init_inputs():
+    return []
+)");
+}
+
 const json::array& extensions(const result::Response& r) {
   return custom_info(r).at("extensions").as_array();
 }
@@ -206,7 +219,7 @@ TEST_F(TorchCudaGpu, KernelBenchElementwiseAddBuildsThenHitsTheCache) {
       << "a candidate's build went into the shared cache";
 
   // A reference's build is shared: built once as a reference, then hit by a candidate.
-  const auto as_reference = timed_compare(candidate(source), candidate(source), "as reference");
+  const auto as_reference = timed_compare(reference_of(source), candidate(source), "as reference");
   ASSERT_EQ(as_reference.verdict, Verdict::success) << json::serialize(as_reference.body);
   EXPECT_EQ(text(ref_extension(as_reference).at("cache")), "miss");
   const auto warm = timed_compare(ref_model(), candidate(source), "warm");
@@ -380,11 +393,11 @@ TEST_F(TorchCudaGpu, ConcurrentJobsBuildTheSameReferenceKeyOnce) {
   const std::string other_source = model_new("a[idx] + b[idx]", "concurrent_c", "candidate");
   result::Response first, second;
   std::thread other([&] {
-    second =
-        run_request(compare(candidate(source), candidate(other_source), 5), true, built_registry());
+    second = run_request(compare(reference_of(source), candidate(other_source), 5), true,
+                         built_registry());
   });
-  first =
-      run_request(compare(candidate(source), candidate(other_source), 5), true, built_registry());
+  first = run_request(compare(reference_of(source), candidate(other_source), 5), true,
+                      built_registry());
   other.join();
   ASSERT_EQ(first.verdict, Verdict::success) << json::serialize(first.body);
   ASSERT_EQ(second.verdict, Verdict::success) << json::serialize(second.body);
