@@ -564,7 +564,10 @@ private:
     protocol::NeedDevice need;
     need.device_types.emplace_back(needs_gpu ? "cuda" : "cpu");
     channel_.send(protocol::to_frame(need));
+    const auto asked = Clock::now();
     const protocol::Grant grant = protocol::parse_grant(channel_.receive());
+    // The job's timeout does not count the wait for a device; what is left of it must not either.
+    device_wait_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - asked).count();
     if (!grant.error.empty()) {
       send_validation_failure(error_info("no_device", grant.error), "");
       return false;
@@ -756,15 +759,27 @@ private:
         job_.request.device_metrics_for(job_.request.kernel);
     if (!wanted)
       return;
+    int sides_left = 2;
     for (ProgramSide* side : {&solution_, &baseline_}) {
       const std::string key = side == &solution_ ? "custom" : "ref";
+      // What is left of the job's timeout, shared by the sides still to run: a counted run that
+      // would need more is cut there and says so, rather than end the job.
+      const double elapsed_ms =
+          std::chrono::duration<double, std::milli>(Clock::now() - started_).count() -
+          device_wait_ms_;
+      const double budget_s = (job_.request.timeout_s - elapsed_ms / 1000 - 5) / sides_left--;
       report.device_metrics[key] = [&] {
         if (!benchmark_error.empty())
           return metrics::unavailable_report("not collected: the benchmark failed (" +
                                              benchmark_error.substr(0, benchmark_error.find('\n')) +
                                              ")");
+        if (budget_s < 5)
+          return metrics::unavailable_report(
+              "not collected: too little of the job's timeout was left for another run of the "
+              "benchmark (" +
+              format_seconds(std::max(budget_s, 0.0)) + ")");
         try {
-          return device_metrics_of(*side, *wanted);
+          return device_metrics_of(*side, *wanted, budget_s);
         } catch (const std::invalid_argument& e) {
           return metrics::unavailable_report(
               std::string("the benchmark's process wrote counters keval cannot read: ") + e.what());
@@ -773,7 +788,8 @@ private:
     }
   }
 
-  json::object device_metrics_of(ProgramSide& side, const request::DeviceMetricsRequest& wanted) {
+  json::object device_metrics_of(ProgramSide& side, const request::DeviceMetricsRequest& wanted,
+                                 double budget_s) {
     const request::TimingMode& mode = program_.timing_mode;
     const bool names_kernels = mode.type == "kernels" || mode.type == "gpu" ||
                                (mode.type == "region" && mode.time_type == "kernel");
@@ -815,8 +831,8 @@ private:
       env["KEVAL_COUNTERS_RANGE_EXCLUDE"] = lines(mode.exclude);
     }
     // Each counted launch is replayed once per pass (about fifteen for every section).
-    const double timeout_s =
-        number_of(side.plan.at("timeouts").as_object(), "benchmark", 300.0) + 60.0;
+    const double timeout_s = std::min(
+        number_of(side.plan.at("timeouts").as_object(), "benchmark", 300.0) + 60.0, budget_s);
     const json::object reply = run(side, step.at("argv").as_array(), env, timeout_s);
     if (!succeeded(reply))
       return metrics::unavailable_report(
@@ -867,6 +883,7 @@ private:
   std::string build_failure_;
   ProgramSide solution_, baseline_;
   Clock::time_point started_ = Clock::now();
+  double device_wait_ms_ = 0; // waiting for the grant, which the job's timeout does not count
 };
 
 } // namespace
