@@ -224,6 +224,14 @@ TEST_F(ProgramJob, DeviceMetricsOfAProgramSayWhyWhereNoKernelCanBeCounted) {
   for (const auto& why : reasons(r))
     EXPECT_THAT(why, HasSubstr("timing mode 'process' times no kernels")) << why;
 
+  // Another run of the benchmark must fit in what is left of the job's timeout (here 9 s, of
+  // which the job used some and 5 s are kept back): otherwise it is not started, and the job,
+  // which fits, is not ended by it.
+  json::object tight = r;
+  tight["timeout"] = 9;
+  for (const auto& why : reasons(tight))
+    EXPECT_THAT(why, HasSubstr("too little of the job's timeout was left")) << why;
+
   // A timing mode that names kernels, on a program that launches none: the benchmark itself
   // fails (no profile), and the metrics say so rather than run it again.
   problem["timing_mode"] = json::object{{"type", "kernels"}};
