@@ -476,26 +476,18 @@ private:
   }
 
   // The kernels' durations (from the trace) and DRAM bytes (PM sampling) in a run of their own,
-  // neither replayed nor restored: what ncu reports with its cache control, and what a timed
-  // sample moves. Kernel replay's restores leave the L2 warm and dirty, so its DRAM bytes count
-  // write-backs of the restore and miss reads the L2 served (measured on an H100: a vector
-  // add's writes 32 % high, an SGEMM on 8 MB reading 0.3 MB where it reads 8.4 MB).
+  // neither replayed nor restored (CountedKernel::unreplayed; worker/metrics/ reports them):
+  // what ncu reports with its cache control, and what a timed sample moves. Kernel replay's
+  // restores leave the L2 warm and dirty, so its DRAM bytes count write-backs of the restore and
+  // miss reads the L2 served (measured on an H100: a vector add's writes 32 % high, an SGEMM on
+  // 8 MB reading 0.3 MB where it reads 8.4 MB).
   void measure_unreplayed(DeviceCounters& counters, double expected_ms,
                           detail::ActivityTrace& trace, const std::function<void()>& run) {
-    const auto index_of = [&counters](std::string_view metric) -> std::optional<size_t> {
-      for (size_t i = 0; i < counters.metrics.size(); ++i)
-        if (counters.metrics[i] == metric)
-          return i;
-      return std::nullopt;
-    };
-    const auto read = index_of("dram__bytes_read.sum"), written = index_of("dram__bytes_write.sum"),
-               duration = index_of("gpu__time_duration.sum");
-    // DRAM throughput follows from the same run: its bytes over its time against the peak.
-    const auto bandwidth = index_of("dram__bytes.sum.per_second"),
-               throughput = index_of("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
-               peak_per_cycle = index_of("dram__bytes.sum.peak_sustained"),
-               dram_clock = index_of("dram__cycles_elapsed.avg.per_second");
-    if (!read && !written && !duration)
+    const auto& m = counters.metrics;
+    if (std::none_of(m.begin(), m.end(), [](const std::string& metric) {
+          return metric == "dram__bytes_read.sum" || metric == "dram__bytes_write.sum" ||
+                 metric == "gpu__time_duration.sum";
+        }))
       return;
     std::vector<detail::TrafficSample> samples;
     std::vector<TracedWork> kernels;
@@ -522,7 +514,7 @@ private:
     }
     for (size_t k = 0; k < kernels.size(); ++k) {
       const TracedWork& w = kernels[k];
-      double bytes_read = 0, bytes_written = 0;
+      UnreplayedRun measured;
       for (const auto& sample : samples) {
         const uint64_t from = std::max(sample.start_ns, w.start_ns);
         const uint64_t to = std::min(sample.end_ns, w.end_ns);
@@ -530,27 +522,12 @@ private:
           continue;
         const double share =
             static_cast<double>(to - from) / static_cast<double>(sample.end_ns - sample.start_ns);
-        bytes_read += share * sample.read_bytes;
-        bytes_written += share * sample.write_bytes;
+        measured.dram_read_bytes += share * sample.read_bytes;
+        measured.dram_write_bytes += share * sample.write_bytes;
       }
-      std::vector<double>& values = counters.kernels[k].values;
-      if (read)
-        values[*read] = bytes_read;
-      if (written)
-        values[*written] = bytes_written;
-      if (w.end_ns <= w.start_ns)
-        continue;
-      const double ns = static_cast<double>(w.end_ns - w.start_ns);
-      if (duration)
-        values[*duration] = ns;
-      if (!read || !written)
-        continue;
-      const double per_second = (bytes_read + bytes_written) / (ns * 1e-9);
-      if (bandwidth)
-        values[*bandwidth] = per_second;
-      if (throughput && peak_per_cycle && dram_clock && values[*peak_per_cycle] > 0 &&
-          values[*dram_clock] > 0)
-        values[*throughput] = 100 * per_second / (values[*peak_per_cycle] * values[*dram_clock]);
+      if (w.end_ns > w.start_ns)
+        measured.duration_ns = static_cast<double>(w.end_ns - w.start_ns);
+      counters.kernels[k].unreplayed = measured;
     }
     counters.traffic = "unreplayed";
   }

@@ -30,6 +30,14 @@ int64_t count_of(const json::object& o, const char* key, const std::string& wher
   return v.get_int64();
 }
 
+// A measured amount: finite and not negative.
+double measure_of(const json::object& o, const char* key, const std::string& where) {
+  const json::value& v = field(o, key, where);
+  if (!v.is_number() || !std::isfinite(v.to_number<double>()) || v.to_number<double>() < 0)
+    throw std::invalid_argument(where + "." + key + " must be a finite number, not negative");
+  return v.to_number<double>();
+}
+
 std::string text_of(const json::object& o, const char* key, const std::string& where,
                     size_t max_bytes) {
   const json::string* s = field(o, key, where).if_string();
@@ -81,6 +89,10 @@ json::object to_json(const DeviceCounters& counters) {
                                       {"dynamic_shared_bytes", l.dynamic_shared_bytes},
                                       {"shared_carveout_bytes", l.shared_carveout_bytes}};
     }
+    if (k.unreplayed)
+      kernel["unreplayed"] = json::object{{"duration_ns", k.unreplayed->duration_ns},
+                                          {"dram_read_bytes", k.unreplayed->dram_read_bytes},
+                                          {"dram_write_bytes", k.unreplayed->dram_write_bytes}};
     kernels.push_back(std::move(kernel));
   }
   o["kernels"] = std::move(kernels);
@@ -159,6 +171,15 @@ DeviceCounters device_counters_from_json(const json::object& o) {
       shape.dynamic_shared_bytes = count_of(*l, "dynamic_shared_bytes", lat);
       shape.shared_carveout_bytes = count_of(*l, "shared_carveout_bytes", lat);
       kernel.launch = shape;
+    }
+    if (const json::value* unreplayed = k->if_contains("unreplayed")) {
+      const std::string uat = at + ".unreplayed";
+      const json::object* u = unreplayed->if_object();
+      if (u == nullptr)
+        throw std::invalid_argument(uat + " must be an object");
+      kernel.unreplayed =
+          UnreplayedRun{measure_of(*u, "duration_ns", uat), measure_of(*u, "dram_read_bytes", uat),
+                        measure_of(*u, "dram_write_bytes", uat)};
     }
     c.kernels.push_back(std::move(kernel));
   }

@@ -33,10 +33,21 @@ struct SmLimits {
   int64_t reserved_shared_per_block = 0; // the driver's own shared memory per block
 };
 
+// What a run of the launch of its own, neither replayed nor restored, measured of one kernel:
+// its duration from the trace and its DRAM bytes from PM sampling (ncu's way; kernel replay's
+// restores leave the L2 warm and dirty). worker/metrics/ reports these, and what follows from
+// them, in place of the range profiler's values.
+struct UnreplayedRun {
+  double duration_ns = 0; // 0: the trace gave the kernel no interval
+  double dram_read_bytes = 0;
+  double dram_write_bytes = 0;
+};
+
 struct CountedKernel {
   std::string name;                  // demangled where the trace saw it; "kernel <i>" otherwise
   std::optional<LaunchShape> launch; // from the trace of the first pass, when there is one
   std::vector<double> values;        // one per DeviceCounters::metrics
+  std::optional<UnreplayedRun> unreplayed;
 };
 
 struct DeviceCounters {
@@ -47,8 +58,8 @@ struct DeviceCounters {
   int64_t passes = 0;      // runs of the launch the counters needed
   int64_t not_counted = 0; // kernels past the most one run may count
   std::optional<SmLimits> limits;
-  // Where the kernels' durations and DRAM bytes come from: "unreplayed" (the trace and PM
-  // sampling of a run of their own, ncu's way), else why they are the range profiler's.
+  // Where the kernels' durations and DRAM bytes come from: "unreplayed" (every kernel's
+  // `unreplayed` is set), else why they are the range profiler's.
   std::string traffic;
 };
 

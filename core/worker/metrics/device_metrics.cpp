@@ -89,6 +89,8 @@ constexpr std::string_view kDramClock = "dram__cycles_elapsed.avg.per_second";
 constexpr std::string_view kDuration = "gpu__time_duration.sum";
 constexpr std::string_view kDramRead = "dram__bytes_read.sum";
 constexpr std::string_view kDramWrite = "dram__bytes_write.sum";
+constexpr std::string_view kDramBandwidth = "dram__bytes.sum.per_second";
+constexpr std::string_view kDramThroughput = "dram__throughput.avg.pct_of_peak_sustained_elapsed";
 
 bool wants(const request::DeviceMetricsRequest& r, std::string_view section) {
   return std::find(r.sections.begin(), r.sections.end(), section) != r.sections.end();
@@ -113,13 +115,21 @@ json::object with_unit(double value, std::string_view unit) {
   return json::object{{"value", value}, {"unit", unit}};
 }
 
+class Values;
+std::optional<double> dram_peak(const Values& v);
+
 // One kernel's values by metric name; NaN (not evaluated) and unsupported metrics are absent.
+// Where the kernel was measured in a run of its own (CountedKernel::unreplayed), its duration
+// and DRAM bytes are that run's, and so are the DRAM bandwidth and throughput that follow from
+// them, for each of those metrics that was collected.
 class Values {
 public:
   Values(const DeviceCounters& c, const CountedKernel& k) {
     for (size_t i = 0; i < c.metrics.size() && i < k.values.size(); ++i)
       if (std::isfinite(k.values[i]))
         by_name_.emplace(c.metrics[i], k.values[i]);
+    if (k.unreplayed)
+      take_unreplayed(c, *k.unreplayed);
   }
   std::optional<double> get(std::string_view metric) const {
     auto it = by_name_.find(std::string(metric));
@@ -129,6 +139,28 @@ public:
   }
 
 private:
+  void take_unreplayed(const DeviceCounters& c, const UnreplayedRun& run) {
+    const auto collected = [&c](std::string_view metric) {
+      return std::find(c.metrics.begin(), c.metrics.end(), metric) != c.metrics.end();
+    };
+    const auto set = [&](std::string_view metric, double value) {
+      if (collected(metric))
+        by_name_[std::string(metric)] = value;
+    };
+    set(kDramRead, run.dram_read_bytes);
+    set(kDramWrite, run.dram_write_bytes);
+    if (run.duration_ns <= 0)
+      return;
+    set(kDuration, run.duration_ns);
+    if (!collected(kDramRead) || !collected(kDramWrite))
+      return;
+    const double per_second =
+        (run.dram_read_bytes + run.dram_write_bytes) / (run.duration_ns * 1e-9);
+    set(kDramBandwidth, per_second);
+    if (const auto peak = dram_peak(*this); peak && *peak > 0)
+      set(kDramThroughput, 100 * per_second / *peak);
+  }
+
   std::map<std::string, double> by_name_;
 };
 

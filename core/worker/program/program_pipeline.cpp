@@ -643,15 +643,21 @@ private:
 
   // ---- Benchmark (performance mode) ----
 
+  // A benchmark step's environment: the device's, then the plan's (the profiler's injection).
+  json::object benchmark_env(const json::object& step) const {
+    json::object env = device_env();
+    if (const json::value* extra = step.if_contains("env"); extra != nullptr && extra->is_object())
+      for (const auto& [name, value] : extra->as_object())
+        env[name] = value;
+    return env;
+  }
+
   // One benchmark run of `side`: its time by the timing mode, or why there is none.
   program::BenchmarkRun benchmark_once(ProgramSide& side, int index) {
     const json::object& step = side.plan.at("benchmark").as_object();
     const double timeout_s = number_of(side.plan.at("timeouts").as_object(), "benchmark", 300.0);
     const std::string profile = ".keval/profile-" + std::to_string(index) + ".json";
-    json::object env = device_env();
-    if (const json::value* extra = step.if_contains("env"); extra != nullptr && extra->is_object())
-      for (const auto& [name, value] : extra->as_object())
-        env[name] = value;
+    json::object env = benchmark_env(step);
     env["KEVAL_PROFILE_OUTPUT"] = profile;
     const json::object reply = run(side, step.at("argv").as_array(), env, timeout_s);
     program::BenchmarkRun result;
@@ -800,10 +806,7 @@ private:
           " times no kernels; device metrics count the kernels a timing mode selects (kernels, "
           "gpu, or region with time_type kernel)");
     const json::object& step = side.plan.at("benchmark").as_object();
-    json::object env = device_env();
-    if (const json::value* extra = step.if_contains("env"); extra != nullptr && extra->is_object())
-      for (const auto& [name, value] : extra->as_object())
-        env[name] = value;
+    json::object env = benchmark_env(step);
     if (!env.contains("CUDA_INJECTION64_PATH"))
       return metrics::unavailable_report(
           "not collected: keval was built without its CUPTI injection profiler "

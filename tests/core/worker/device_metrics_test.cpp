@@ -157,6 +157,42 @@ TEST(DeviceMetricsReport, OnlyTheSectionsAskedForAndTheRawMetricsListed) {
   EXPECT_FALSE(kernel.at("roofline").at("available").as_bool()) << "its counters were not read";
 }
 
+// A kernel measured in a run of its own (CountedKernel::unreplayed): its duration and DRAM bytes
+// are that run's, and the DRAM bandwidth and throughput follow from them, in place of the range
+// profiler's values; the other counters stay the profiler's.
+TEST(DeviceMetricsReport, AnUnreplayedRunGivesTheDurationTheBytesAndWhatFollows) {
+  DeviceCounters c = h100_counters();
+  c.traffic = "unreplayed";
+  c.kernels[0].unreplayed = UnreplayedRun{100000, 2.0e8, 1.0e8}; // 100 us, 300 MB
+  const json::object report = metrics::build_report(all_sections(), c, "");
+  const auto& vadd = report.at("kernels").at(0).as_object();
+  const auto value = [&](const char* section, const char* key) {
+    return vadd.at(section).at(key).at("value").to_number<double>();
+  };
+  EXPECT_NEAR(value("speed_of_light", "duration"), 100.0, 1e-9);
+  EXPECT_DOUBLE_EQ(value("memory", "dram_bytes_read"), 2.0e8);
+  EXPECT_DOUBLE_EQ(value("memory", "dram_bytes_written"), 1.0e8);
+  EXPECT_NEAR(value("memory", "dram_bandwidth"), 3000, 1e-6); // GB/s
+  EXPECT_NEAR(value("speed_of_light", "dram_throughput"), 100 * 3.0e12 / (1280 * 2.6188e9), 1e-9);
+  EXPECT_NEAR(value("speed_of_light", "sm_throughput"), 18.07, 1e-9) << "the profiler's";
+  // The FMA loop has no run of its own: the range profiler's duration.
+  EXPECT_NEAR(report.at("kernels")
+                  .at(1)
+                  .at("speed_of_light")
+                  .at("duration")
+                  .at("value")
+                  .to_number<double>(),
+              630.528, 1e-9);
+
+  const DeviceCounters back = device_counters_from_json(to_json(c));
+  ASSERT_TRUE(back.kernels[0].unreplayed.has_value());
+  EXPECT_DOUBLE_EQ(back.kernels[0].unreplayed->dram_read_bytes, 2.0e8);
+  EXPECT_FALSE(back.kernels[1].unreplayed.has_value());
+  json::object bad = to_json(c);
+  bad["kernels"].as_array()[0].as_object()["unreplayed"].as_object()["duration_ns"] = -1;
+  EXPECT_THROW(device_counters_from_json(bad), std::invalid_argument);
+}
+
 TEST(DeviceCountersWire, RoundTripsAndRejectsWhatARunnerShouldNotSend) {
   DeviceCounters c = h100_counters();
   c.traffic = "unreplayed";
