@@ -13,8 +13,11 @@ The batch (--repeat times over, shuffled with a fixed seed):
   examples/triton_compare_torch.json        (triton type)
 
 keval:    one daemon (prestarted workers as configured), --clients requests in flight through
-          keval.Client; jobs/min over the batch, each job's latency, the GPU's busy fraction and
-          /stats time_breakdown.
+          keval.Client; jobs/min over the batch, each job's latency, the GPU's busy fraction,
+          /stats time_breakdown, each problem's validation and profiling time and where the
+          profiling phase's time went (sampling.time_ms). With --max-noise P, the batch again
+          with "max_noise": P in every request (sampling stops once the mean is that stable:
+          the client's choice, so a separate row).
 fresh:    each job in a process of its own, sequentially: a KernelBench-style problem in a fresh
           Python doing what KernelBench's eval_kernel_against_ref does (import torch, build both
           models seeded alike, 5 correctness trials, 100 timed trials with CUDA events; the
@@ -23,7 +26,7 @@ fresh:    each job in a process of its own, sequentially: a KernelBench-style pr
           process per job).
 
 usage: bench/throughput.py [--keval build/bin/keval] [--python python3] [--repeat 2]
-                           [--clients 8] [--json FILE] [--skip-fresh]
+                           [--clients 8] [--max-noise P]... [--json FILE] [--skip-fresh]
 """
 import argparse
 import json
@@ -86,12 +89,12 @@ def percentile(values, p):
 
 def row(label, wall, latencies, failures, extra=""):
     n = len(latencies)
-    print(f"{label:<8} jobs {n:3d}  wall {wall:7.1f} s  {60 * n / wall:6.1f} jobs/min  "
+    print(f"{label:<10} jobs {n:3d}  wall {wall:7.1f} s  {60 * n / wall:6.1f} jobs/min  "
           f"latency p50 {percentile(latencies, 50):6.2f} s  p95 {percentile(latencies, 95):6.2f} s  "
           f"max {max(latencies):6.2f} s  failed {failures}{extra}")
 
 
-def run_keval(args, jobs):
+def run_keval(args, jobs, label="keval"):
     state = tempfile.mkdtemp(prefix="kv-tp-", dir="/tmp")
     client = keval.Client.local(keval_bin=args.keval, state_dir=state,
                                 serve_args=args.serve_arg, timeout=60)
@@ -106,14 +109,26 @@ def run_keval(args, jobs):
                 client.compare(request)
         before = client.stats()
         latencies, failures = [], []
+        profiling_ms = {}  # sampling.time_ms summed: where profiling's wall time went
+        held_ms = {}  # per problem: [validation ms, profiling ms] of each job (its timeline)
         lock = threading.Lock()
 
         def one(job):
             name, request = job
             t = time.perf_counter()
             r = client.compare(request)
+            spent = (r.raw.get("kernel_exec_result", {}).get("metadata", {}).get("profiling", {})
+                     .get("sampling", {}).get("time_ms", {}))
+            timeline = (r.raw.get("kernel_exec_result", {}).get("metadata", {}).get("worker", {})
+                        .get("timeline_ms", {}))
             with lock:
+                if all(k in timeline for k in ("bound", "validated", "profiled")):
+                    held_ms.setdefault(name, []).append(
+                        (timeline["validated"] - timeline["bound"],
+                         timeline["profiled"] - timeline["validated"]))
                 latencies.append(time.perf_counter() - t)
+                for part, ms in spent.items():
+                    profiling_ms[part] = profiling_ms.get(part, 0.0) + ms
                 if not r.ok:
                     failures.append(f"{name}: {r.status} {r.error or r.validation_error}")
 
@@ -125,15 +140,21 @@ def run_keval(args, jobs):
         busy = sum(g.get("busy_ms", 0) for g in after.get("gpus", [])) - \
             sum(g.get("busy_ms", 0) for g in before.get("gpus", []))
         gpus = max(1, len(after.get("gpus", [])))
-        row("keval", wall, latencies, len(failures),
+        row(label, wall, latencies, len(failures),
             f"  GPU busy {busy / 1000 / wall / gpus:.2f}")
         for f in failures[:5]:
             print("   ", f[:300])
         stages = after.get("time_breakdown", {}).get("stages", [])
         print("   stages (mean ms over the daemon's jobs): " + "  ".join(
             f"{s['stage']} {s['mean_ms']:.0f}" for s in stages if s.get("mean_ms") is not None))
+        for name, spans in sorted(held_ms.items()):
+            print(f"   {name:28s} validation {statistics.mean(v for v, _ in spans):6.0f} ms"
+                  f"  profiling {statistics.mean(p for _, p in spans):6.0f} ms  (n={len(spans)})")
+        print("   profiling (mean ms per job): " + "  ".join(
+            f"{part} {ms / len(jobs):.0f}" for part, ms in profiling_ms.items()))
         return {"wall_s": wall, "latencies_s": latencies, "failures": failures,
-                "gpu_busy_fraction": busy / 1000 / wall / gpus, "time_breakdown": stages}
+                "gpu_busy_fraction": busy / 1000 / wall / gpus, "time_breakdown": stages,
+                "profiling_ms_per_job": {k: v / len(jobs) for k, v in profiling_ms.items()}}
     finally:
         client.close()
 
@@ -179,12 +200,20 @@ def main():
     parser.add_argument("--serve-arg", action="append", default=[],
                         help="an argument for keval serve (repeat: --serve-arg=--warm-workers-max "
                              "--serve-arg=6)")
+    parser.add_argument("--max-noise", type=float, action="append", default=[],
+                        help="also run the keval batch with this request 'max_noise' (percent: a "
+                             "side's sampling stops once its mean is that stable, after "
+                             "'min_samples'); repeat for several rows")
     parser.add_argument("--skip-fresh", action="store_true")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     jobs = batch(args.repeat)
     print(f"batch: {len(jobs)} compares ({', '.join(sorted({n for n, _ in jobs}))})")
     out = {"keval": run_keval(args, jobs)}
+    for noise in args.max_noise:
+        print(f"-- the same batch, each request with \"max_noise\": {noise}")
+        allowed = [(name, dict(request, max_noise=noise)) for name, request in jobs]
+        out[f"keval_max_noise_{noise:g}"] = run_keval(args, allowed, label=f"noise {noise:g}%")
     if not args.skip_fresh:
         out["fresh"] = run_fresh(args, jobs)
         ratio = (len(jobs) / out["keval"]["wall_s"]) / (len(jobs) / out["fresh"]["wall_s"])

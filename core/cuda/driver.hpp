@@ -54,6 +54,11 @@ namespace keval::cuda {
   X(cuMemExportToShareableHandle)                                                                  \
   X(cuMemImportFromShareableHandle)                                                                \
   X(cuMemFree)                                                                                     \
+  X(cuMemAllocAsync)                                                                               \
+  X(cuMemFreeAsync)                                                                                \
+  X(cuDeviceGetDefaultMemPool)                                                                     \
+  X(cuMemPoolSetAttribute)                                                                         \
+  X(cuMemPoolTrimTo)                                                                               \
   X(cuMemHostAlloc)                                                                                \
   X(cuMemFreeHost)                                                                                 \
   X(cuMemHostGetDevicePointer)                                                                     \

@@ -609,7 +609,7 @@ private:
       if (j.started_clock != Clock::time_point{})
         stats_.time_spent(
             std::chrono::duration<double, std::milli>(j.started_clock - j.submitted_clock).count(),
-            j.record.outcome->wall_ms, j.record.outcome->timeline);
+            j.record.outcome->timeline, j.record.outcome->after_done_ms);
       waiters.swap(j.waiters);
     });
     std::error_code ec;

@@ -72,7 +72,7 @@ void JobStats::finished(result::Verdict verdict, End end, double latency_ms) {
 }
 
 std::array<std::optional<double>, kJobStageCount>
-job_stage_times(double queue_ms, double worker_wall_ms, const json::object& timeline) {
+job_stage_times(double queue_ms, const json::object& timeline, double after_done_ms) {
   const auto at = [&](const char* step) -> std::optional<double> {
     const json::value* v = timeline.if_contains(step);
     if (v == nullptr || !v->is_number())
@@ -95,15 +95,17 @@ job_stage_times(double queue_ms, double worker_wall_ms, const json::object& time
   out[7] = between(at("bound"), at("validated"));
   out[8] = between(at("validated"), at("profiled"));
   out[9] = between(at("stopping"), at("ended"));
-  out[10] = between(at("ended"), worker_wall_ms);
+  // The worker's exit, measured by the host: a prestarted worker's wall time would count the
+  // time it waited for its job.
+  out[10] = after_done_ms >= 0 ? std::optional<double>(after_done_ms) : std::nullopt;
   return out;
 }
 
-void JobStats::time_spent(double queue_ms, double worker_wall_ms, const json::object& timeline) {
+void JobStats::time_spent(double queue_ms, const json::object& timeline, double after_done_ms) {
   if (timeline.empty())
     return;
   ++totals_.timed_jobs;
-  const auto times = job_stage_times(queue_ms, worker_wall_ms, timeline);
+  const auto times = job_stage_times(queue_ms, timeline, after_done_ms);
   for (size_t k = 0; k < kJobStageCount; ++k)
     if (times[k]) {
       ++totals_.stages[k].jobs;

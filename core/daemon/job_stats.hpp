@@ -48,9 +48,9 @@ struct StageTime {
 };
 
 // One job's stages (kJobStages order; nullopt: not reached), from the daemon's queue time, the
-// worker session's wall time and the worker's timeline.
+// worker's timeline and the time from its `done` to its exit (SessionOutcome::after_done_ms).
 std::array<std::optional<double>, kJobStageCount>
-job_stage_times(double queue_ms, double worker_wall_ms, const boost::json::object& timeline);
+job_stage_times(double queue_ms, const boost::json::object& timeline, double after_done_ms);
 
 // Counted since start-up.
 struct JobCounters {
@@ -116,7 +116,7 @@ public:
   void profiled(const boost::json::object& phase, double ms);
   void finished(result::Verdict verdict, supervisor::SessionOutcome::End end, double latency_ms);
   // A finished job's stages (job_stage_times); nothing when its worker sent no timeline.
-  void time_spent(double queue_ms, double worker_wall_ms, const boost::json::object& timeline);
+  void time_spent(double queue_ms, const boost::json::object& timeline, double after_done_ms);
   void interrupted();
   void record_refused();
   void expired_by_cap(uint64_t jobs);

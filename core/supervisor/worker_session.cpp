@@ -237,6 +237,7 @@ private:
   void on_message(const protocol::Done& done) {
     trace("done");
     done_ = true;
+    done_at_ = Clock::now();
     timeline_ = done.timeline;
     move_to(protocol::JobStage::exiting);
   }
@@ -418,6 +419,9 @@ private:
     outcome.stderr_bytes = err_.total_bytes();
     outcome.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
     outcome.timeline = timeline_;
+    if (done_)
+      outcome.after_done_ms =
+          std::chrono::duration<double, std::milli>(Clock::now() - done_at_).count();
     if (end_) {
       outcome.end = *end_;
       outcome.message = message_;
@@ -460,7 +464,7 @@ private:
   std::deque<std::string> writes_;
 
   std::chrono::milliseconds budget_left_;
-  Clock::time_point armed_at_, started_;
+  Clock::time_point armed_at_, started_, done_at_;
   int pgid_ = -1;
   protocol::JobStage stage_ = protocol::JobStage::starting;
   bool hello_seen_ = false;

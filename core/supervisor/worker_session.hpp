@@ -60,6 +60,9 @@ struct SessionOutcome {
   // The worker's own account of where the job's time went (protocol::Done::timeline); empty
   // when it sent no `done`.
   boost::json::object timeline;
+  // From the worker's `done` to the session's end (the worker exited, its pipes closed), on the
+  // host's clock: what a job costs after its verdict, its device still held. 0 without `done`.
+  double after_done_ms = 0;
 };
 
 struct SessionHandlers {

@@ -181,7 +181,7 @@ public:
     // seconds to exit (the soak's CPU jobs: 15 s each on the H100).
     if (const auto* opens = first.if_contains("opens_device");
         opens && opens->is_bool() && opens->as_bool())
-      opener_.start();
+      opener_.start(keval::worker::EngineUse::trusted);
 #endif
     if (const auto* done = first.if_contains("prewarmed"); done != nullptr && done->is_array())
       hello.prewarmed = done->as_array();

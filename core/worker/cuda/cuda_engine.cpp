@@ -48,11 +48,11 @@ std::string cuda_version_text(int version) {
 
 class CudaTensor final : public Tensor {
 public:
-  // Private memory (cuMemAlloc).
-  CudaTensor(DType dtype, std::vector<int64_t> shape, int ordinal)
+  // Private memory, from the session (DeviceSession::allocate).
+  CudaTensor(DType dtype, std::vector<int64_t> shape, DeviceSession& session)
       : Tensor(dtype, shape), dl_shape_(std::move(shape)),
-        nbytes_(checked_nbytes(dtype, dl_shape_)), memory_(nbytes_) {
-    init_view(memory_.address(), ordinal);
+        nbytes_(checked_nbytes(dtype, dl_shape_)), memory_(session.allocate(nbytes_)) {
+    init_view(memory_.address(), session.ordinal());
   }
   // Memory shared with another process: `shared` holds at least the tensor's bytes.
   CudaTensor(DType dtype, std::vector<int64_t> shape, int ordinal,
@@ -157,7 +157,8 @@ boost::json::object describe_device(const DeviceSession& session) {
 
 class CudaEngine final : public Engine {
 public:
-  explicit CudaEngine(int ordinal) : session_(ordinal), description_(describe_device(session_)) {}
+  CudaEngine(int ordinal, detail::PrivateMemory memory)
+      : session_(ordinal, memory), description_(describe_device(session_)) {}
 
   keval_dl_device device() const override { return {KEVAL_DEVICE_CUDA, session_.ordinal()}; }
   void* stream() const override { return session_.stream(); }
@@ -247,20 +248,36 @@ public:
       session_.copy_from_host(copy->address(), host.data(), host.nbytes());
       return copy;
     }
-    const DeviceView view = detail::make_device_view(source, session_.ordinal(), "clone");
-    const DType dtype = *tensor::from_dl(source.dtype); // make_device_view checked it
-    auto copy = allocate_tensor(
-        dtype, std::vector<int64_t>(source.shape, source.shape + source.ndim), sharing);
-    if (copy->numel() == 0)
-      return copy;
+    detail::make_device_view(source, session_.ordinal(), "clone"); // checks it before allocating
+    auto copy =
+        allocate_tensor(*tensor::from_dl(source.dtype),
+                        std::vector<int64_t>(source.shape, source.shape + source.ndim), sharing);
+    copy_view_into(*copy, source);
+    return copy;
+  }
+
+  void copy_view_into(Tensor& destination, const keval_dl_tensor& source) override {
+    session_.throw_if_faulted();
+    CudaTensor& copy = as_cuda(destination);
+    const auto shape = std::vector<int64_t>(source.shape, source.shape + source.ndim);
+    const std::optional<DType> dtype = tensor::from_dl(source.dtype);
+    if (!dtype || *dtype != copy.dtype() || shape != copy.shape())
+      throw std::invalid_argument("copy_view_into: a view of another dtype or shape");
+    if (source.device.device_type == KEVAL_DEVICE_CPU) {
+      const tensor::HostTensor host = tensor::HostTensor::copy_of(source);
+      session_.copy_from_host(copy.address(), host.data(), host.nbytes());
+      return;
+    }
+    const DeviceView view = detail::make_device_view(source, session_.ordinal(), "copy");
+    if (copy.numel() == 0)
+      return;
     if (view.dense)
       session_.check(
-          api().cuMemcpyDtoDAsync(copy->address(), view.data, copy->nbytes(), session_.stream()),
+          api().cuMemcpyDtoDAsync(copy.address(), view.data, copy.nbytes(), session_.stream()),
           "cuMemcpyDtoDAsync");
     else
-      gather(view, dtype, 0, copy->numel(), copy->address());
+      gather(view, copy.dtype(), 0, copy.numel(), copy.address());
     session_.check(api().cuStreamSynchronize(session_.stream()), "cuStreamSynchronize");
-    return copy;
   }
 
   // The pattern is tensor::poison's own, taken from a one-element host tensor, so both engines
@@ -563,7 +580,7 @@ private:
         return std::make_unique<CudaTensor>(
             dtype, shape, session_.ordinal(),
             detail::SharedDeviceMemory::create(session_.ordinal(), checked_nbytes(dtype, shape)));
-      return std::make_unique<CudaTensor>(dtype, shape, session_.ordinal());
+      return std::make_unique<CudaTensor>(dtype, shape, session_);
     } catch (const cuda::CudaError& error) {
       session_.check_context(error.code(), "cuMemAlloc"); // a fault that surfaced here
       throw;
@@ -721,8 +738,10 @@ CudaAvailability probe_cuda() {
   return availability;
 }
 
-std::unique_ptr<Engine> make_cuda_engine(int ordinal) {
-  return std::make_unique<CudaEngine>(ordinal);
+std::unique_ptr<Engine> make_cuda_engine(int ordinal, EngineUse use) {
+  return std::make_unique<CudaEngine>(ordinal, use == EngineUse::trusted
+                                                   ? detail::PrivateMemory::pooled
+                                                   : detail::PrivateMemory::direct);
 }
 
 } // namespace keval::worker

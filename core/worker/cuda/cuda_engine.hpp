@@ -25,6 +25,11 @@ struct CudaAvailability {
 // (cheap enough to run before compiling) and never throws.
 CudaAvailability probe_cuda();
 
+// Which process an engine serves. The trusted worker's engine keeps the memory it frees in the
+// device's pool for its next allocation (it makes and drops inputs and output copies every timed
+// sample); a runner's hands memory back at once, since user code shares its device and streams.
+enum class EngineUse { runner, trusted };
+
 // An engine on device `ordinal`: retains its primary context and makes it current on the calling
 // thread, which must be the thread that uses the engine. Throws cuda::DriverUnavailable or
 // cuda::CudaError (the failing step and the driver's error text in the message).
@@ -33,6 +38,6 @@ CudaAvailability probe_cuda();
 // (CUDA_ERROR_ILLEGAL_ADDRESS and its kind), synchronize() and Timer::sample() for any device
 // error; std::invalid_argument for tensors they cannot handle; cuda::CudaError for other driver
 // failures. Tensors and timers must not outlive their engine.
-std::unique_ptr<Engine> make_cuda_engine(int ordinal);
+std::unique_ptr<Engine> make_cuda_engine(int ordinal, EngineUse use);
 
 } // namespace keval::worker

@@ -1,5 +1,6 @@
 #include "worker/cuda/detail/device_session.hpp"
 
+#include "common/log.hpp"
 #include "worker/cuda/detail/embedded_kernels.hpp"
 #include "worker/engine/engine.hpp"
 
@@ -98,20 +99,27 @@ DeviceMemory::DeviceMemory(size_t bytes) : bytes_(bytes) {
 }
 
 DeviceMemory::DeviceMemory(DeviceMemory&& other) noexcept
-    : address_(std::exchange(other.address_, 0)), bytes_(std::exchange(other.bytes_, 0)) {}
+    : address_(std::exchange(other.address_, 0)), bytes_(std::exchange(other.bytes_, 0)),
+      stream_(std::exchange(other.stream_, nullptr)) {}
 
 DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {
   if (this != &other) {
     DeviceMemory old(std::move(*this));
     address_ = std::exchange(other.address_, 0);
     bytes_ = std::exchange(other.bytes_, 0);
+    stream_ = std::exchange(other.stream_, nullptr);
   }
   return *this;
 }
 
 DeviceMemory::~DeviceMemory() {
-  if (address_ != 0)
-    api().cuMemFree(address_); // fails only on a lost context, whose memory is gone anyway
+  if (address_ == 0)
+    return;
+  // These fail only on a lost context, whose memory is gone anyway.
+  if (stream_ != nullptr)
+    api().cuMemFreeAsync(address_, stream_);
+  else
+    api().cuMemFree(address_);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -218,7 +226,24 @@ void DeviceSession::make_current() const {
   cuda::check(api().cuCtxSetCurrent(context_), "cuCtxSetCurrent");
 }
 
-DeviceSession::DeviceSession(int ordinal) : ordinal_(ordinal) {
+DeviceMemory DeviceSession::allocate(size_t bytes) {
+  if (pool_ == nullptr || bytes == 0)
+    return DeviceMemory(bytes);
+  const cuda::DriverApi& d = api();
+  CUdeviceptr address = 0;
+  CUresult result = d.cuMemAllocAsync(&address, bytes, stream_);
+  if (result == CUDA_ERROR_OUT_OF_MEMORY) {
+    // The pool may hold freed memory (up to its release threshold) that a big allocation needs:
+    // once the frees have happened on the stream, all of it goes back to the driver.
+    check(d.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    check(d.cuMemPoolTrimTo(pool_, 0), "cuMemPoolTrimTo");
+    result = d.cuMemAllocAsync(&address, bytes, stream_);
+  }
+  cuda::check(result, ("cuMemAllocAsync of " + std::to_string(bytes) + " bytes").c_str());
+  return DeviceMemory(address, bytes, stream_);
+}
+
+DeviceSession::DeviceSession(int ordinal, PrivateMemory memory) : ordinal_(ordinal) {
   const cuda::DriverApi& d = api();
   cuda::check(d.cuInit(0), "cuInit");
   int count = 0;
@@ -240,6 +265,8 @@ DeviceSession::DeviceSession(int ordinal) : ordinal_(ordinal) {
     // would time nothing. (Capturing such a launch into a graph fails; the timer then uses
     // events.)
     cuda::check(d.cuStreamCreate(&stream_, CU_STREAM_DEFAULT), "cuStreamCreate");
+    if (memory == PrivateMemory::pooled)
+      configure_pool();
     const CUresult loaded = d.cuModuleLoadData(&module_, kDeviceKernelsFatbin);
     if (loaded != CUDA_SUCCESS)
       throw cuda::CudaError(loaded, "loading keval's device kernels (built for sm_80, sm_90 and "
@@ -276,6 +303,29 @@ DeviceSession::DeviceSession(int ordinal) : ordinal_(ordinal) {
     release(); // the destructor does not run for a constructor that throws
     throw;
   }
+}
+
+void DeviceSession::configure_pool() {
+  const cuda::DriverApi& d = api();
+  int supported = 0;
+  if (d.cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device_) !=
+          CUDA_SUCCESS ||
+      supported == 0) {
+    spdlog::debug("CUDA device {} has no memory pools: private memory is allocated directly",
+                  ordinal_);
+    return;
+  }
+  CUmemoryPool pool = nullptr;
+  cuda::check(d.cuDeviceGetDefaultMemPool(&pool, device_), "cuDeviceGetDefaultMemPool");
+  // The pool keeps at most this much freed memory: an eighth of the device, at most 4 GiB, so a
+  // job's churn of inputs and output copies is served from it while the runners, whose contexts
+  // need the rest of the device, are not squeezed (a bigger allocation still trims the pool).
+  size_t total = 0;
+  cuda::check(d.cuDeviceTotalMem(&total, device_), "cuDeviceTotalMem");
+  cuuint64_t threshold = std::min<cuuint64_t>(total / 8, cuuint64_t{4} << 30);
+  cuda::check(d.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),
+              "cuMemPoolSetAttribute(RELEASE_THRESHOLD)");
+  pool_ = pool;
 }
 
 DeviceSession::~DeviceSession() {

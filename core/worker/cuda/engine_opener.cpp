@@ -6,15 +6,15 @@
 
 namespace keval::worker {
 
-void EngineOpener::start() {
+void EngineOpener::start(EngineUse use) {
   if (opening_.valid())
     return;
-  opening_ = std::async(std::launch::async, []() -> std::unique_ptr<Engine> {
+  opening_ = std::async(std::launch::async, [use]() -> std::unique_ptr<Engine> {
     std::string reason;
     if (cuda::usable_device_count(&reason) != 1)
       return nullptr;
     try {
-      return make_cuda_engine(0);
+      return make_cuda_engine(0, use);
     } catch (const std::exception& e) {
       spdlog::debug("opening CUDA device 0 ahead failed (opened again when granted): {}", e.what());
       return nullptr;

@@ -4,6 +4,7 @@
 // only when the grant names that GPU; otherwise it is dropped and the job opens its own.
 #pragma once
 
+#include "worker/cuda/cuda_engine.hpp"
 #include "worker/engine/engine.hpp"
 
 #include <future>
@@ -13,8 +14,9 @@ namespace keval::worker {
 
 class EngineOpener {
 public:
-  // Starts opening device 0 on a thread of its own when exactly one CUDA device is usable.
-  void start();
+  // Starts opening device 0 for `use` on a thread of its own when exactly one CUDA device is
+  // usable.
+  void start(EngineUse use);
   // The engine for `index`, current on the calling thread, when it was opened ahead for that
   // device and opened fine; nullptr otherwise (the caller opens one and reports any failure).
   std::unique_ptr<Engine> take(int index);

@@ -121,6 +121,14 @@ public:
     return shared;
   }
 
+  void copy_view_into(Tensor& destination, const keval_dl_tensor& source) override {
+    tensor::HostTensor copy = tensor::HostTensor::copy_of(source);
+    if (destination.dtype() != copy.dtype() || destination.shape() != copy.shape())
+      throw std::invalid_argument("copy_view_into: a view of another dtype or shape");
+    if (copy.nbytes() > 0)
+      std::memcpy(destination.dl().data, copy.data(), copy.nbytes());
+  }
+
   void copy_into(Tensor& destination, const Tensor& source) override {
     if (destination.dtype() != source.dtype() || destination.shape() != source.shape())
       throw std::invalid_argument("copy_into: tensors of different dtype or shape");

@@ -43,6 +43,12 @@ struct SharedTensorHandle {
   uint64_t bytes = 0;
   request::DType dtype = request::DType::f32;
   std::vector<int64_t> shape;
+  // No descriptor: the peer wrote this tensor into the buffer it sent at the same place of its
+  // previous reply of this kind (exported with `bytes`), which the receiver still has mapped.
+  // Runners keep returning outputs through the same buffers sample after sample, so that no
+  // sample creates, exports, imports or maps device memory (each a call that takes the driver's
+  // device-wide lock).
+  bool reuses_previous = false;
 };
 
 // A tensor living on the engine's device. `dl()` stays valid for the tensor's lifetime; it is a
@@ -110,6 +116,10 @@ public:
   // (std::invalid_argument otherwise), and returns once the copy is complete: how fresh inputs
   // reach buffers a runner already holds (a captured graph reads them where they are).
   virtual void copy_into(Tensor& destination, const Tensor& source) = 0;
+  // Copies `source` (any layout, on this engine's device or the host) into `destination`, a
+  // tensor of this engine with its dtype and shape (std::invalid_argument otherwise), and returns
+  // once the copy is complete: clone() without the allocation.
+  virtual void copy_view_into(Tensor& destination, const keval_dl_tensor& source) = 0;
   // Maps a tensor another process shared: both see each other's writes. Throws
   // std::invalid_argument when the descriptor does not hold the dtype and shape it claims.
   virtual std::unique_ptr<Tensor> open_shared(SharedTensorHandle handle) = 0;

@@ -17,6 +17,7 @@
 #include "worker/isolation/sandbox.hpp"
 #include "worker/metrics/device_metrics.hpp"
 #include "worker/pipeline/arguments.hpp"
+#include "worker/pipeline/detail/runner_buffers.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
 #include "worker/runner/detail/wire.hpp"
 #include "worker/runner/runner_client.hpp"
@@ -33,6 +34,7 @@
 #include <cstdio>
 #include <functional>
 #include <future>
+#include <map>
 #include <optional>
 #include <thread>
 #include <type_traits>
@@ -259,7 +261,8 @@ private:
     if (needs_cuda()) {
 #ifdef KEVAL_HAVE_CUDA
       cuda_probe_ = std::async(std::launch::async, probe_cuda);
-      opener_.start(); // this process's device, opened while the probe runs and the sides compile
+      opener_.start(EngineUse::trusted); // this process's device, opened while the probe runs and
+                                         // the sides compile
 #endif
       probe_cuda_once();
       step("cuda_probed");
@@ -310,6 +313,7 @@ private:
     for (auto& side : sides_)
       if (side->runner)
         side->runner->kill();
+    buffers_.clear();
     engine_.reset();
     for (auto& side : sides_)
       if (side->runner)
@@ -556,7 +560,7 @@ private:
 #ifdef KEVAL_HAVE_CUDA
     if (type == "cuda") {
       try {
-        return make_cuda_engine(index);
+        return make_cuda_engine(index, EngineUse::trusted);
       } catch (const std::exception& e) {
         fail_validation(error_json("no_device", "cannot use CUDA device " + std::to_string(index) +
                                                     ": " + e.what()));
@@ -898,15 +902,19 @@ private:
       // Sized before anything is copied: a process that runs user code must not make this one
       // allocate what it likes (an out-of-memory death here would read as keval's failure).
       uint64_t total = 0;
-      for (const auto& handle : handles)
-        if (__builtin_add_overflow(total, detail::checked_shared_bytes(handle), &total))
+      for (const auto& handle : handles) {
+        const uint64_t bytes = handle.reuses_previous
+                                   ? detail::tensor_bytes(handle.dtype, handle.shape, "a tensor")
+                                   : detail::checked_shared_bytes(handle);
+        if (__builtin_add_overflow(total, bytes, &total))
           total = UINT64_MAX;
+      }
       if (total > budget)
         throw unusable(std::to_string(total) + " bytes, more than the " + std::to_string(budget) +
                        " its outputs may take" +
                        (budget == kWithoutReference ? "" : " (twice the reference's)"));
-      for (auto& handle : handles)
-        copies.push_back(engine_->copy_shared(std::move(handle)));
+      for (const auto& mapped : map_shared(side, key, std::move(handles)))
+        copies.push_back(engine_->clone(mapped->dl(), Sharing::private_memory));
     } catch (const KernelFailure&) {
       throw;
     } catch (const std::exception& e) {
@@ -915,6 +923,27 @@ private:
       throw unusable(e.what());
     }
     return copies;
+  }
+
+  // The tensors a runner's reply shared under `key`, mapped here (RunnerBuffers).
+  const std::vector<std::unique_ptr<Tensor>>& map_shared(Side& side, const std::string& key,
+                                                         std::vector<SharedTensorHandle> handles) {
+    return buffers_[&side].map(*engine_, key, std::move(handles));
+  }
+
+  // map_shared for a reply whose tensors are not wanted: the buffers it sent stay mapped, since
+  // the runner's next reply of the kind may reuse them.
+  void mirror_shared(Side& side, const json::object& reply, const char* key, const char* doing) {
+    try {
+      map_shared(side, key,
+                 detail::read_shared(detail::array_field(reply, key), side.runner->channel()));
+    } catch (const std::exception& e) {
+      throw KernelFailure{side.name,
+                          error_json(kProcessFailed, side.name +
+                                                         " kernel's process sent unusable "
+                                                         "tensors while " +
+                                                         doing + ": " + e.what())};
+    }
   }
 
   // What the candidate may return: twice the bytes the reference returned (a dtype twice as wide
@@ -1020,6 +1049,7 @@ private:
         const RunnerError e = error_of(custom(), custom_reply);
         throw KernelFailure{"custom", error_json(e.type, e.message, e.details)};
       }
+      mirror_shared(custom(), custom_reply, "tensors", "producing default inputs");
       custom_layout_known_ = true;
     }
     return inputs;
@@ -1124,9 +1154,11 @@ private:
         // so a problem whose inputs take a tenth of the GPU (KernelBench level 1's
         // matrix-vector product: 8 GiB) holds two sets at once, not three.
         previous.reset();
+        auto making = Clock::now();
         auto fresh = std::make_unique<InputSet>(make_inputs(kSampleTrials + uint64_t(i)));
         for (auto& t : timed)
           refresh(t, *fresh);
+        spent_.inputs += ms_since(making);
         previous = std::move(current);
         current = std::move(fresh);
         // Alternate which side goes first so neither always runs right after the other.
@@ -1148,6 +1180,7 @@ private:
           (&t == ref_timed ? ref_run : custom_run) = std::move(run);
         }
         clock.read(*engine_);
+        const auto checking = Clock::now();
         if (ref_run)
           check_sample(i, samples, *ref_run, *custom_run);
         check_inputs_untouched(custom_timed->binding, " in timed sample " + std::to_string(i + 1) +
@@ -1162,6 +1195,7 @@ private:
           }
           previous_outputs = std::move(custom_run->launched.copies);
         }
+        spent_.checks += ms_since(checking);
         if (settled(timed, i + 1)) {
           stopped_by_noise = true;
           break;
@@ -1188,6 +1222,12 @@ private:
       noise[t.side->name] = t.noise.percent();
     report.sampling["noise_percent"] = std::move(noise);
     clock.report(report.sampling);
+    // Where the phase's wall time went, beside the samples themselves: what a job costs the GPU
+    // beyond the kernels' own time (issue 17's breakdown).
+    report.sampling["time_ms"] = json::object{{"inputs", spent_.inputs},
+                                              {"runs", spent_.runs},
+                                              {"outputs", spent_.outputs},
+                                              {"checks", spent_.checks}};
     report_device_work(timed, report);
     collect_device_metrics(timed, report);
     report.ok = true;
@@ -1406,6 +1446,7 @@ private:
   SampleRun sample(Timed& t, uint64_t budget) {
     RemoteBinding& binding = t.binding;
     Side& side = *binding.side;
+    const auto preparing = Clock::now();
     binding.binder->poison_outputs(*engine_);
     engine_->synchronize();
     json::object ask;
@@ -1414,6 +1455,13 @@ private:
     const auto start = Clock::now();
     json::object reply = call(side, std::move(ask), "being timed");
     const double wall_ms = ms_since(start);
+    spent_.runs += ms_since(preparing);
+    const auto copying = Clock::now();
+    struct Spent {
+      double& into;
+      Clock::time_point from;
+      ~Spent() { into += ms_since(from); }
+    } spent_copying{spent_.outputs, copying};
     expect_ok(side, reply, "being timed");
     SampleRun run;
     run.ms = detail::number_field(reply, "ms");
@@ -1427,8 +1475,12 @@ private:
       run.activity = read_activity(side, reply);
       run.ms += run.activity->outside_ms;
     }
-    if (budget == kUnchecked)
+    if (budget == kUnchecked) {
+      // Not copied, but still mapped: the runner writes the next sample's into the same buffers.
+      if (side.returns_outputs() && reply.contains("outputs"))
+        mirror_shared(side, reply, "outputs", "returning its outputs");
       return run;
+    }
     if (side.returns_outputs()) {
       if (reply.contains("outputs"))
         run.launched.copies =
@@ -1631,12 +1683,22 @@ private:
   std::vector<std::unique_ptr<Side>> sides_; // ref first (if any), custom last
   // Declared after the sides, so destroyed before them: tensors go before the engine.
   std::unique_ptr<Engine> engine_;
+  // Each runner's shared buffers, mapped (map_shared). Destroyed before the engine (and released
+  // in stop_runners before it is reset).
+  std::map<const Side*, detail::RunnerBuffers> buffers_;
   json::object granted_;
   int64_t next_binding_ = 1;
   int64_t companion_seq_ = 0;
   Clock::time_point started_ = Clock::now();
   double device_wait_ms_ = 0; // waiting for the grant, which the job's timeout does not count
   json::object timeline_;     // step -> ms since started_ (step())
+  // The profiling phase's wall time outside the sample runs' own (sampling.time_ms).
+  struct {
+    double inputs = 0;  // making each sample's fresh inputs and writing them into the bindings
+    double runs = 0;    // poisoning outputs and the runners' sample calls, round trip
+    double outputs = 0; // reading back and copying each sample's outputs
+    double checks = 0;  // comparing outputs and checking inputs untouched
+  } spent_;
 #ifdef KEVAL_HAVE_CUDA
   std::future<CudaAvailability> cuda_probe_;
   EngineOpener opener_;

@@ -2,6 +2,7 @@
 
 #include "common/log.hpp"
 #include "protocol/blocking_channel.hpp"
+#include "tensor/dtype.hpp"
 #include "worker/engine/engine.hpp"
 #include "worker/isolation/isolation.hpp"
 #include "worker/isolation/sandbox.hpp"
@@ -18,10 +19,12 @@
 #include <nvtx3/nvToolsExt.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include <boost/json/parse.hpp>
@@ -101,7 +104,7 @@ public:
 #ifdef KEVAL_HAVE_CUDA
     for (const auto& [path, plugin] : plugins_)
       if (plugin->has(KEVAL_CAP_DEVICE_CUDA)) {
-        opener_.start();
+        opener_.start(EngineUse::runner);
         return true;
       }
 #endif
@@ -125,9 +128,6 @@ public:
       }
       json::object reply;
       std::vector<int> fds;
-      // Returned tensors stay alive until the next command: the trusted worker has imported
-      // them by then.
-      returned_.clear();
       try {
         reply = dispatch(type, command, fds);
         reply["ok"] = true;
@@ -218,7 +218,7 @@ private:
 #ifdef KEVAL_HAVE_CUDA
     // The device is opened beside the compile instead of after the grant (see EngineOpener).
     if (plugin_->has(KEVAL_CAP_DEVICE_CUDA))
-      opener_.start();
+      opener_.start(EngineUse::runner);
 #endif
     json::object manifest;
     manifest["kernel_type"] = plugin_->manifest().kernel_type;
@@ -306,7 +306,7 @@ private:
       try {
         engine_ = opener_.take(index);
         if (!engine_)
-          engine_ = make_cuda_engine(index);
+          engine_ = make_cuda_engine(index, EngineUse::runner);
       } catch (const std::exception& e) {
         throw CommandError{
             "no_device", "cannot use CUDA device " + std::to_string(index) + ": " + e.what(), {}};
@@ -388,24 +388,46 @@ private:
   json::object launch(Binding& binding, std::vector<int>& fds) {
     std::vector<ManagedTensor> owned = launch_once(binding);
     engine_->synchronize();
-    json::array outputs = share_outputs(owned, fds);
+    json::array outputs = share(kOutputs, owned, fds);
     json::object reply;
     if (plugin_->has(KEVAL_CAP_RETURNS_OUTPUTS))
       reply["outputs"] = std::move(outputs);
     return reply;
   }
 
-  // Copies of what the kernel returned, in shared buffers for the trusted worker (kept until the
-  // next command), described for the reply; their descriptors are appended to `fds`.
-  json::array share_outputs(const std::vector<ManagedTensor>& owned, std::vector<int>& fds) {
-    json::array outputs;
-    for (const auto& t : owned) {
-      returned_.push_back(engine_->clone(t->dl_tensor, Sharing::shared));
-      outputs.push_back(detail::describe_shared(*returned_.back(), fds));
+  // Copies of tensors the plugin produced, in shared buffers for the trusted worker, described
+  // for the reply. A buffer of the previous reply of the same `kind`, at the same place and with
+  // the same dtype and shape, is written again and described as reused (the trusted worker still
+  // has it mapped); any other gets a new buffer, whose descriptor is appended to `fds`. The
+  // buffers of a kind stay until its next reply: the trusted worker copies them out first.
+  json::array share(const std::string& kind, const std::vector<ManagedTensor>& owned,
+                    std::vector<int>& fds) {
+    std::vector<std::unique_ptr<Tensor>>& kept = shared_[kind];
+    std::vector<std::unique_ptr<Tensor>> now;
+    json::array described;
+    for (size_t k = 0; k < owned.size(); ++k) {
+      const keval_dl_tensor& view = owned[k]->dl_tensor;
+      Tensor* previous = k < kept.size() ? kept[k].get() : nullptr;
+      if (previous != nullptr && previous->shared_fd() >= 0 && same_layout(*previous, view)) {
+        engine_->copy_view_into(*previous, view);
+        now.push_back(std::move(kept[k]));
+        described.push_back(detail::describe_reused(*now.back()));
+      } else {
+        now.push_back(engine_->clone(view, Sharing::shared));
+        described.push_back(detail::describe_shared(*now.back(), fds));
+      }
     }
+    kept = std::move(now); // the rest of the previous reply's buffers go
     if (fds.size() > protocol::kMaxFdsPerFrame)
       throw CommandError{"runtime_error", "kernel returned too many tensors", {}};
-    return outputs;
+    return described;
+  }
+
+  static bool same_layout(const Tensor& tensor, const keval_dl_tensor& view) {
+    const std::optional<request::DType> dtype = tensor::from_dl(view.dtype);
+    return dtype && *dtype == tensor.dtype() &&
+           std::equal(tensor.shape().begin(), tensor.shape().end(), view.shape,
+                      view.shape + view.ndim);
   }
 
   std::vector<ManagedTensor> launch_once(Binding& binding) {
@@ -496,11 +518,7 @@ private:
       owned.emplace_back(produced[i]);
     if (error)
       throw plugin_failure(error, "producing default inputs failed: ");
-    json::array tensors;
-    for (auto& t : owned) {
-      returned_.push_back(engine_->clone(t->dl_tensor, Sharing::shared));
-      tensors.push_back(detail::describe_shared(*returned_.back(), fds));
-    }
+    json::array tensors = share(kInputs, owned, fds);
     // Generating a trial's inputs is keval's errand, not the next sample's work.
     engine_->forget_traced_work();
     json::object reply;
@@ -551,11 +569,14 @@ private:
       }
     }
     if (plugin_->has(KEVAL_CAP_RETURNS_OUTPUTS))
-      reply["outputs"] = share_outputs(binding.timed_outputs, fds);
+      reply["outputs"] = share(kOutputs, binding.timed_outputs, fds);
     return reply;
   }
 
   static constexpr size_t kMaxOutputs = 64;
+  // The kinds of tensors a runner shares (share()): what kernels return, and default inputs.
+  static constexpr const char* kOutputs = "outputs";
+  static constexpr const char* kInputs = "tensors";
 
   protocol::BlockingChannel channel_;
   std::map<std::string, std::unique_ptr<LoadedPlugin>> plugins_;
@@ -566,7 +587,7 @@ private:
   std::unique_ptr<Engine> engine_;
   keval_kernel* kernel_ = nullptr;
   std::map<int64_t, Binding> bindings_;
-  std::vector<std::unique_ptr<Tensor>> returned_;
+  std::map<std::string, std::vector<std::unique_ptr<Tensor>>> shared_; // kind -> share()
   std::string nvtx_range_;
 #ifdef KEVAL_HAVE_CUDA
   EngineOpener opener_;

@@ -66,8 +66,9 @@ TEST(MakeCudaEngine, FailsWithAClearError) {
   const CudaAvailability probe = probe_cuda();
   if (!probe.usable) {
     try {
-      make_cuda_engine(0);
-      FAIL() << "make_cuda_engine(0) succeeded although probe_cuda() said: " << probe.reason;
+      make_cuda_engine(0, EngineUse::trusted);
+      FAIL() << "make_cuda_engine(0, EngineUse::trusted) succeeded although probe_cuda() said: "
+             << probe.reason;
     } catch (const cuda::DriverUnavailable& error) {
       EXPECT_EQ(std::string(error.what()), probe.reason);
     } catch (const cuda::CudaError& error) {
@@ -77,11 +78,12 @@ TEST(MakeCudaEngine, FailsWithAClearError) {
     return;
   }
   const std::string count = std::to_string(probe.device_count);
-  EXPECT_THAT([&] { make_cuda_engine(probe.device_count); },
+  EXPECT_THAT([&] { make_cuda_engine(probe.device_count, EngineUse::trusted); },
               ::testing::ThrowsMessage<cuda::CudaError>(
                   StartsWith("CUDA device " + count + " does not exist (" + count + " device")));
-  EXPECT_THAT([] { make_cuda_engine(-1); }, ::testing::ThrowsMessage<cuda::CudaError>(
-                                                HasSubstr("CUDA device -1 does not exist")));
+  EXPECT_THAT(
+      [] { make_cuda_engine(-1, EngineUse::trusted); },
+      ::testing::ThrowsMessage<cuda::CudaError>(HasSubstr("CUDA device -1 does not exist")));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -97,8 +99,10 @@ protected:
       GTEST_SKIP() << "no CUDA device: " << probe.reason;
     }
     arch_ = probe.arch_of_first;
-    engine_ = make_cuda_engine(0);
+    engine_ = make_cuda_engine(0, use());
   }
+  // The trusted worker's engine (pooled private memory) unless a suite says otherwise.
+  virtual EngineUse use() const { return EngineUse::trusted; }
 
   // A host copy of a dense device view (after the engine's work is done).
   static tensor::HostTensor download(Engine& engine, const keval_dl_tensor& view) {
@@ -142,6 +146,12 @@ protected:
 
   int arch_ = 0;
   std::unique_ptr<Engine> engine_;
+};
+
+// A runner's engine: the timers run there, on the stream user code launches on.
+class CudaRunnerEngineTest : public CudaEngineTest {
+protected:
+  EngineUse use() const override { return EngineUse::runner; }
 };
 
 std::vector<TensorInit> all_inits() {
@@ -198,7 +208,7 @@ int64_t ulp_distance(DType dtype, const void* a, const void* b) {
 // Generation
 
 TEST_F(CudaEngineTest, FillIsReproducibleAcrossEngines) {
-  auto other = make_cuda_engine(0);
+  auto other = make_cuda_engine(0, EngineUse::trusted);
   for (DType dtype : kAllDTypes)
     for (const TensorInit& init : all_inits()) {
       SCOPED_TRACE(describe(dtype, init));
@@ -387,6 +397,31 @@ TEST_F(CudaEngineTest, CloneCopiesDenseAndStridedViews) {
   EXPECT_TRUE(download(*from_host).same_bytes(base_host));
 }
 
+// A runner writes each sample's outputs into the shared buffer it kept from the last one: any
+// layout of the buffer's dtype and shape, nothing else.
+TEST_F(CudaRunnerEngineTest, CopyViewIntoRewritesAKeptSharedBuffer) {
+  TensorInit ramp;
+  ramp.kind = InitKind::arange;
+  auto base = filled(DType::f32, {6, 10}, ramp, 0);
+  auto kept = engine_->allocate(DType::f32, {10, 6}, Sharing::shared);
+  const void* where = kept->dl().data;
+  std::vector<int64_t> shape{10, 6}, strides{1, 10};
+  keval_dl_tensor transposed = base->dl();
+  transposed.shape = shape.data();
+  transposed.strides = strides.data();
+  engine_->copy_view_into(*kept, transposed);
+  EXPECT_EQ(kept->dl().data, where);
+  EXPECT_TRUE(engine_->same_bytes(transposed, kept->dl()));
+  const tensor::HostTensor host = download(*base);
+  keval_dl_tensor host_view = host.dl();
+  host_view.shape = shape.data();
+  host_view.strides = strides.data();
+  engine_->poison(*kept);
+  engine_->copy_view_into(*kept, host_view); // a host source is copied up
+  EXPECT_TRUE(engine_->same_bytes(transposed, kept->dl()));
+  EXPECT_THROW(engine_->copy_view_into(*kept, base->dl()), std::invalid_argument);
+}
+
 TEST_F(CudaEngineTest, SameBytesIsBitwise) {
   TensorInit init;
   auto a = filled(DType::f16, {300, 7}, init, 11);
@@ -541,7 +576,7 @@ TEST_F(CudaEngineTest, DtypeAndShapeMismatchesAreReportedLikeTheCpu) {
 // ---------------------------------------------------------------------------------------------
 // Synchronisation, timing, identity
 
-TEST_F(CudaEngineTest, TimerReplaysACapturedGraph) {
+TEST_F(CudaRunnerEngineTest, TimerReplaysACapturedGraph) {
   TensorInit init;
   auto t = engine_->allocate(DType::f32, {1 << 22});
   auto timer = engine_->make_timer([&] { engine_->fill(*t, init, 77); });
@@ -558,7 +593,7 @@ TEST_F(CudaEngineTest, TimerReplaysACapturedGraph) {
   EXPECT_TRUE(engine_->same_bytes(t->dl(), reference->dl()));
 }
 
-TEST_F(CudaEngineTest, TimerFallsBackToEventsWhenNothingCanBeCaptured) {
+TEST_F(CudaRunnerEngineTest, TimerFallsBackToEventsWhenNothingCanBeCaptured) {
   int launches = 0;
   // Synchronising a capturing stream invalidates the capture; the call's error is ignored here as
   // a careless plugin would.
@@ -576,7 +611,7 @@ TEST_F(CudaEngineTest, TimerFallsBackToEventsWhenNothingCanBeCaptured) {
   engine_->synchronize();
 }
 
-TEST_F(CudaEngineTest, LaunchThatThrowsDuringCapturePropagates) {
+TEST_F(CudaRunnerEngineTest, LaunchThatThrowsDuringCapturePropagates) {
   EXPECT_THAT(
       [&] { engine_->make_timer([] { throw std::runtime_error("plugin launch failed"); }); },
       ::testing::ThrowsMessage<std::runtime_error>("plugin launch failed"));
@@ -589,7 +624,7 @@ TEST_F(CudaEngineTest, LaunchThatThrowsDuringCapturePropagates) {
 
 // The runner's timers trace their samples' device work (CUPTI): the flush and stop markers
 // bracket the sample, the kernel it ran is in the summary, and its busy time fits in the sample.
-TEST_F(CudaEngineTest, TimerTracesTheDeviceWorkOfEachSample) {
+TEST_F(CudaRunnerEngineTest, TimerTracesTheDeviceWorkOfEachSample) {
   TensorInit init;
   auto t = engine_->allocate(DType::f32, {1 << 22});
   for (const bool capture : {true, false}) {
@@ -612,7 +647,7 @@ TEST_F(CudaEngineTest, TimerTracesTheDeviceWorkOfEachSample) {
 }
 
 // Work the launch leaves running on a stream of its own is seen outside the sample's window.
-TEST_F(CudaEngineTest, TimerSeesWorkLeftRunningOnAnotherStream) {
+TEST_F(CudaRunnerEngineTest, TimerSeesWorkLeftRunningOnAnotherStream) {
   const cuda::DriverApi& d = cuda::driver();
   CUstream own = nullptr;
   ASSERT_EQ(d.cuStreamCreate(&own, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
@@ -632,13 +667,51 @@ TEST_F(CudaEngineTest, TimerSeesWorkLeftRunningOnAnotherStream) {
 }
 
 // A sample read twice (or a trace something in the process switched off) has no markers.
-TEST_F(CudaEngineTest, ASampleWithoutItsMarkersIsReportedLost) {
+TEST_F(CudaRunnerEngineTest, ASampleWithoutItsMarkersIsReportedLost) {
   auto t = engine_->allocate(DType::f32, {1024});
   auto timer = engine_->make_timer([&] { engine_->fill(*t, TensorInit{}, 1); });
   timer->sample();
   engine_->synchronize();
   timer->sample_activity();
   EXPECT_THROW(timer->sample_activity(), TraceLost);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Private memory
+
+// The trusted engine's pool hands a freed buffer to the next allocation of its size, which then
+// holds exactly what is written into it, not what the last owner left.
+TEST_F(CudaEngineTest, TheTrustedEngineReusesFreedMemoryForWhatComesNext) {
+  TensorInit init;
+  init.kind = InitKind::uniform; // exact on both sides (randn is within a bound)
+  const void* first = nullptr;
+  {
+    auto t = filled(DType::f32, {1 << 20}, init, 1);
+    first = t->dl().data;
+  }
+  auto again = filled(DType::f32, {1 << 20}, init, 2);
+  EXPECT_EQ(again->dl().data, first) << "freed memory was not kept in the pool";
+  tensor::HostTensor expected = tensor::HostTensor::empty(DType::f32, {1 << 20});
+  tensor::fill(expected, init, 2);
+  EXPECT_TRUE(download(*again).same_bytes(expected));
+}
+
+// Memory the pool keeps must never make an allocation fail that the device could fit: one that
+// does not fit next to it first hands the pool's idle memory back.
+TEST_F(CudaEngineTest, APooledAllocationTheDeviceCannotFitTrimsThePoolFirst) {
+  size_t free_bytes = 0, total = 0;
+  engine_->synchronize();
+  ASSERT_EQ(cuda::driver().cuMemGetInfo(&free_bytes, &total), CUDA_SUCCESS);
+  const auto elements = [&](double fraction) {
+    return static_cast<int64_t>(static_cast<double>(free_bytes) * fraction / 4);
+  };
+  { // freed on the stream and kept by the pool (no synchronisation in between)
+    auto held = engine_->allocate(DType::f32, {elements(0.45)});
+  }
+  auto bigger = engine_->allocate(DType::f32, {elements(0.7)});
+  engine_->fill(*bigger, TensorInit{}, 3);
+  engine_->synchronize();
+  EXPECT_NE(bigger->dl().data, nullptr);
 }
 
 TEST_F(CudaEngineTest, ReadsTheSmClockWithinItsRatedRange) {

@@ -23,12 +23,12 @@ TEST(StatsReport, RatesAreNullUntilSomethingWasCounted) {
   EXPECT_TRUE(j.at("throughput").at("mean_latency_ms").is_null());
 }
 
-TEST(StatsReport, AJobsStagesComeFromTheQueueTheWorkersTimelineAndItsWallTime) {
+TEST(StatsReport, AJobsStagesComeFromTheQueueTheWorkersTimelineAndItsExit) {
   const auto timeline = json::parse(R"({"runners_started": 30, "cuda_probed": 250, "compiled": 1250,
                       "granted": 1300, "engine_open": 1400, "bound": 1450, "validated": 1650,
                       "profiled": 2650, "stopping": 2650, "ended": 2850})")
                             .as_object();
-  const auto t = job_stage_times(5, 2900, timeline);
+  const auto t = job_stage_times(5, timeline, 50);
   const double expected[] = {5, 30, 220, 1000, 50, 100, 50, 200, 1000, 200, 50};
   for (size_t k = 0; k < kJobStageCount; ++k) {
     ASSERT_TRUE(t[k]) << kJobStages[k];
@@ -37,7 +37,7 @@ TEST(StatsReport, AJobsStagesComeFromTheQueueTheWorkersTimelineAndItsWallTime) {
   // A CPU job that failed to compile: no CUDA, no device, no validation; compile counts from
   // the runners.
   const auto failed = job_stage_times(
-      0, 400, json::parse(R"({"runners_started": 20, "stopping": 300, "ended": 350})").as_object());
+      0, json::parse(R"({"runners_started": 20, "stopping": 300, "ended": 350})").as_object(), 50);
   EXPECT_DOUBLE_EQ(*failed[0], 0);
   EXPECT_DOUBLE_EQ(*failed[1], 20);
   for (const char* stage : {"cuda_init", "compile", "device_wait", "validation", "profiling"}) {
@@ -50,8 +50,8 @@ TEST(StatsReport, AJobsStagesComeFromTheQueueTheWorkersTimelineAndItsWallTime) {
   EXPECT_DOUBLE_EQ(*failed[10], 50);
 
   JobStats stats;
-  stats.time_spent(5, 2900, timeline);
-  stats.time_spent(0, 400, json::object{}); // no timeline: not counted
+  stats.time_spent(5, timeline, 50);
+  stats.time_spent(0, json::object{}, 0); // no timeline: not counted
   StatsSnapshot snapshot;
   snapshot.counters = stats.counters();
   const auto j = stats_json(snapshot);

@@ -28,6 +28,19 @@ json::object describe_shared(const Tensor& tensor, std::vector<int>& fds) {
   return d;
 }
 
+json::object describe_reused(const Tensor& tensor) {
+  json::object d;
+  d["dtype"] = request::dtype_name(tensor.dtype());
+  json::array shape;
+  for (int64_t extent : tensor.shape())
+    shape.emplace_back(extent);
+  d["shape"] = std::move(shape);
+  d["bytes"] = tensor.shared_bytes();
+  d["fd"] = false;
+  d["reuse"] = true;
+  return d;
+}
+
 std::vector<SharedTensorHandle> read_shared(const json::array& descriptions,
                                             protocol::BlockingChannel& channel) {
   size_t with_fd = 0;
@@ -62,6 +75,13 @@ std::vector<SharedTensorHandle> read_shared(const json::array& descriptions,
     h.bytes = static_cast<uint64_t>(bytes);
     if (bool_field(d, "fd"))
       h.fd = std::move(fds[next_fd++]);
+    if (const json::value* reuse = d.if_contains("reuse"); reuse != nullptr) {
+      if (!reuse->is_bool())
+        throw WireError("'reuse' is not a boolean");
+      h.reuses_previous = reuse->as_bool();
+    }
+    if (h.reuses_previous && h.fd)
+      throw WireError("a tensor description both reuses a buffer and sends a new one");
     handles.push_back(std::move(h));
   }
   return handles;

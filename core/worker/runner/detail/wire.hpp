@@ -22,9 +22,12 @@ public:
 
 // {dtype, shape, bytes}; appends the tensor's descriptor to `fds` when it has one.
 boost::json::object describe_shared(const Tensor& tensor, std::vector<int>& fds);
+// {dtype, shape, bytes, reuse: true}: `tensor` is the buffer sent at the same place of the
+// previous reply of its kind, written again (SharedTensorHandle::reuses_previous); no descriptor.
+boost::json::object describe_reused(const Tensor& tensor);
 
-// Tensors described by `descriptions` ({dtype, shape, bytes, fd: bool}), their descriptors taken
-// from `channel` in order. Throws WireError.
+// Tensors described by `descriptions` ({dtype, shape, bytes, fd: bool, reuse: bool}), their
+// descriptors taken from `channel` in order. Throws WireError.
 std::vector<SharedTensorHandle> read_shared(const boost::json::array& descriptions,
                                             protocol::BlockingChannel& channel);
 
