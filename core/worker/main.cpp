@@ -217,6 +217,14 @@ public:
     return nullptr;
   }
 
+  bool opens_cuda_engine_ahead() const override {
+#ifdef KEVAL_HAVE_CUDA
+    return opener_.started();
+#else
+    return false;
+#endif
+  }
+
   boost::json::object hello_of(const keval::worker::RunnerClient& runner) override {
     const auto it = hellos_.find(runner.pid());
     if (it == hellos_.end() || !it->second.contains("isolation"))

@@ -20,6 +20,8 @@ public:
   // The engine for `index`, current on the calling thread, when it was opened ahead for that
   // device and opened fine; nullptr otherwise (the caller opens one and reports any failure).
   std::unique_ptr<Engine> take(int index);
+  // Whether start() was called (and its engine not yet taken).
+  bool started() const { return opening_.valid(); }
   ~EngineOpener();
 
 private:

@@ -261,8 +261,11 @@ private:
     if (needs_cuda()) {
 #ifdef KEVAL_HAVE_CUDA
       cuda_probe_ = std::async(std::launch::async, probe_cuda);
-      opener_.start(EngineUse::trusted); // this process's device, opened while the probe runs and
-                                         // the sides compile
+      // This process's device, opened while the probe runs and the sides compile, unless a
+      // prestarted worker opened it already: a second engine would be made beside the job, and
+      // its context torn down after `done`, with the job's device still held.
+      if (!runners_.opens_cuda_engine_ahead())
+        opener_.start(EngineUse::trusted);
 #endif
       probe_cuda_once();
       step("cuda_probed");

@@ -50,6 +50,9 @@ public:
   // An engine opened before the job for device `type`/`index` (a prestarted worker on a machine
   // with one GPU opens its context ahead), or nullptr. The job's own process made it.
   virtual std::unique_ptr<Engine> prepared_engine(const std::string& type, int index) = 0;
+  // Whether a CUDA engine is being opened ahead (prepared_engine may return it): the job then
+  // opens no second one beside it.
+  virtual bool opens_cuda_engine_ahead() const = 0;
 };
 
 // Runs the job to completion over `channel`, its user code in runners from `runners`. Kernel
