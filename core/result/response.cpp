@@ -175,19 +175,26 @@ Response build_response(const JobRecord& record) {
   const bool bad_input_data = validated && validated->error &&
                               validated->error->type == "invalid_input_data" &&
                               validated->failed_side.empty();
-  if (validated && !validated->ok)
-    body["validation_error"] =
-        bad_input_data ? validated->error->message : error_text(validated->error);
-  else if (failed_while_timed)
-    body["validation_error"] = error_text(profiled->error);
-  else if (!strict_failures.empty()) {
+  std::string strict_note;
+  if (!strict_failures.empty()) {
     std::string names;
     for (const auto& n : strict_failures)
       names += (names.empty() ? "" : ", ") + n;
-    body["validation_error"] =
-        "flagged " + names +
-        ", which the request made strict (see kernel_exec_result.metadata.flags)";
+    strict_note = "flagged " + names +
+                  ", which the request made strict (see kernel_exec_result.metadata.flags)";
   }
+  // A kernel that failed a check and was also flagged strict: both reasons, the check's first
+  // (which of the two a racing kernel trips first must not decide what the client learns).
+  const auto with_strict_note = [&](std::string failure) {
+    return strict_note.empty() ? failure : failure + "; also " + strict_note;
+  };
+  if (validated && !validated->ok)
+    body["validation_error"] =
+        bad_input_data ? validated->error->message : with_strict_note(error_text(validated->error));
+  else if (failed_while_timed)
+    body["validation_error"] = with_strict_note(error_text(profiled->error));
+  else if (!strict_note.empty())
+    body["validation_error"] = strict_note;
 
   if (profiled && profiled->ok) {
     if (profiled->custom) {
