@@ -12,9 +12,8 @@ namespace {
 
 constexpr size_t kMaxDims = 64;
 
-} // namespace
-
-json::object describe_shared(const Tensor& tensor, std::vector<int>& fds) {
+// {dtype, shape, bytes} of a shared tensor.
+json::object describe_layout(const Tensor& tensor) {
   json::object d;
   d["dtype"] = request::dtype_name(tensor.dtype());
   json::array shape;
@@ -22,6 +21,13 @@ json::object describe_shared(const Tensor& tensor, std::vector<int>& fds) {
     shape.emplace_back(extent);
   d["shape"] = std::move(shape);
   d["bytes"] = tensor.shared_bytes();
+  return d;
+}
+
+} // namespace
+
+json::object describe_shared(const Tensor& tensor, std::vector<int>& fds) {
+  json::object d = describe_layout(tensor);
   d["fd"] = tensor.shared_fd() >= 0;
   if (tensor.shared_fd() >= 0)
     fds.push_back(tensor.shared_fd());
@@ -29,13 +35,7 @@ json::object describe_shared(const Tensor& tensor, std::vector<int>& fds) {
 }
 
 json::object describe_reused(const Tensor& tensor) {
-  json::object d;
-  d["dtype"] = request::dtype_name(tensor.dtype());
-  json::array shape;
-  for (int64_t extent : tensor.shape())
-    shape.emplace_back(extent);
-  d["shape"] = std::move(shape);
-  d["bytes"] = tensor.shared_bytes();
+  json::object d = describe_layout(tensor);
   d["fd"] = false;
   d["reuse"] = true;
   return d;
