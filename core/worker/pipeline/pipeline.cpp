@@ -1045,14 +1045,14 @@ private:
       json::object once;
       once["type"] = runner_msg::kDefaultInputs;
       // Any seed: these inputs are dropped. Not one derived from the job's, which the
-      // candidate must never learn (tensor::input_seed).
+      // candidate must never learn (tensor::input_seed). Nothing is shared or kept for them.
       once["seed"] = 0;
+      once["share"] = false;
       json::object custom_reply = call(custom(), std::move(once), "producing default inputs");
       if (!RunnerClient::ok(custom_reply)) {
         const RunnerError e = error_of(custom(), custom_reply);
         throw KernelFailure{"custom", error_json(e.type, e.message, e.details)};
       }
-      mirror_shared(custom(), custom_reply, "tensors", "producing default inputs");
       custom_layout_known_ = true;
     }
     return inputs;

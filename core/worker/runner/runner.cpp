@@ -200,7 +200,9 @@ private:
     if (type == runner_msg::kArgs)
       return bind_args(command);
     if (type == runner_msg::kDefaultInputs)
-      return default_inputs(detail::uint_field(command, "seed"), fds);
+      return default_inputs(detail::uint_field(command, "seed"),
+                            !command.contains("share") || detail::bool_field(command, "share"),
+                            fds);
     Binding& binding = find_binding(command);
     if (type == runner_msg::kLaunch)
       return launch(binding, fds);
@@ -499,7 +501,9 @@ private:
     return reply;
   }
 
-  json::object default_inputs(uint64_t seed, std::vector<int>& fds) {
+  // The plugin's default inputs for `seed`, shared unless `share` is false (the trusted worker
+  // asks only so that the plugin learns the inputs' layout: nothing is copied or kept then).
+  json::object default_inputs(uint64_t seed, bool share_them, std::vector<int>& fds) {
     std::vector<keval_dl_managed_tensor*> produced(kMaxOutputs, nullptr);
     size_t count = 0;
     keval_default_inputs_args args{};
@@ -518,7 +522,7 @@ private:
       owned.emplace_back(produced[i]);
     if (error)
       throw plugin_failure(error, "producing default inputs failed: ");
-    json::array tensors = share(kInputs, owned, fds);
+    json::array tensors = share_them ? share(kInputs, owned, fds) : json::array{};
     // Generating a trial's inputs is keval's errand, not the next sample's work.
     engine_->forget_traced_work();
     json::object reply;
