@@ -18,7 +18,9 @@
 //                            context; nvtx_range: the NVTX range its launches run in)
 //   trusted: args            {binding, args[...]} + fds -> {}  (tensors: its shared buffers)
 //   trusted: launch          {binding}                  -> {outputs[...]} + fds (returned ones)
-//   trusted: default_inputs  {seed}                     -> {tensors[...]} + fds
+//   trusted: default_inputs  {seed, share?}             -> {tensors[...]} + fds  (share false:
+//                                                          produced for their layout only, none
+//                                                          sent or kept)
 //   trusted: timer           {binding, capture?, trace?} -> {method, untraced?}  (capture false:
 //                                                          events; trace false: no device trace;
 //                                                          untraced: why there is none)
@@ -31,6 +33,12 @@
 //
 // A failed command answers {ok: false, error{type, message, details}}; type "device_error" means
 // the kernel broke its device.
+//
+// Returned tensors ({dtype, shape, bytes, fd: bool, reuse?: bool}, detail/wire.hpp) travel in
+// shared buffers. A runner keeps the buffers of its last reply of each kind ("outputs" of launch
+// and sample, "tensors" of default_inputs) and writes the next reply's tensor at the same place,
+// of the same dtype and shape, into the same buffer: `reuse: true`, no descriptor. The trusted
+// worker keeps those mapped and refuses a reuse its mirror does not back (RunnerBuffers).
 #pragma once
 
 #include "protocol/frame.hpp"
