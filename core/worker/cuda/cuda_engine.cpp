@@ -194,12 +194,6 @@ public:
     session_.check(api().cuStreamSynchronize(session_.stream()), "cuStreamSynchronize");
   }
 
-  // Mapped, then cloned into private memory; the mapping goes before this returns.
-  std::unique_ptr<Tensor> copy_shared(SharedTensorHandle handle) override {
-    const std::unique_ptr<Tensor> mapped = open_shared(std::move(handle));
-    return clone(mapped->dl(), Sharing::private_memory);
-  }
-
   void fill(Tensor& t, const request::TensorInit& init, uint64_t seed) override {
     session_.throw_if_faulted();
     CudaTensor& tensor = as_cuda(t);

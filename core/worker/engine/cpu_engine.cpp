@@ -145,14 +145,6 @@ public:
         handle.dtype, handle.shape, detail::SharedHostMemory::open(std::move(handle.fd), bytes));
   }
 
-  std::unique_ptr<Tensor> copy_shared(SharedTensorHandle handle) override {
-    const size_t bytes = detail::checked_shared_bytes(handle);
-    tensor::HostTensor copy = tensor::HostTensor::empty(handle.dtype, handle.shape);
-    if (bytes > 0)
-      detail::read_shared(handle.fd.get(), copy.data(), bytes);
-    return std::make_unique<CpuTensor>(std::move(copy));
-  }
-
   // Fills the tensor's bytes with tensor::poison's pattern, whichever memory holds them.
   void poison(Tensor& t) override {
     if (!t.is_shared())

@@ -123,9 +123,6 @@ public:
   // Maps a tensor another process shared: both see each other's writes. Throws
   // std::invalid_argument when the descriptor does not hold the dtype and shape it claims.
   virtual std::unique_ptr<Tensor> open_shared(SharedTensorHandle handle) = 0;
-  // A private copy of what a tensor another process shared holds now: out of that process's reach
-  // from the moment this returns. Throws std::invalid_argument like open_shared.
-  virtual std::unique_ptr<Tensor> copy_shared(SharedTensorHandle handle) = 0;
   virtual void poison(Tensor& tensor) = 0;
   virtual tensor::Comparison compare(const keval_dl_tensor& expected, const keval_dl_tensor& actual,
                                      const request::Tolerance& tolerance) = 0;

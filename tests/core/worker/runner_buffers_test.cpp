@@ -16,7 +16,9 @@
 #include <boost/json/object.hpp>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 namespace keval::worker {
 namespace {
@@ -132,6 +134,20 @@ TEST_F(RunnerBuffersTest, AReplyThatDoesNotReuseABufferUnmapsIt) {
   EXPECT_THROW(buffers_.map(*trusted_engine_, "outputs",
                             send(boost::json::array{detail::describe_reused(*a)}, {})),
                std::invalid_argument);
+}
+
+// The trusted worker maps what a runner shares and keeps it mapped: a memfd the runner could
+// still shrink would make it fault (SIGBUS) when it reads, so one not sealed against resizing
+// is refused before it is mapped.
+TEST_F(RunnerBuffersTest, AnUnsealedMemfdIsRefusedBeforeItIsMapped) {
+  const int fd = ::memfd_create("unsealed", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 4096), 0);
+  boost::json::object description{
+      {"dtype", "float32"}, {"shape", boost::json::array{64}}, {"bytes", 4096}, {"fd", true}};
+  EXPECT_THAT([&] { buffers_.map(*trusted_engine_, "outputs", send({description}, {fd})); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("not sealed")));
+  ::close(fd);
 }
 
 TEST_F(RunnerBuffersTest, ADescriptionCannotBothReuseAndSendABuffer) {

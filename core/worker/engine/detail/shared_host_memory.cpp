@@ -76,23 +76,6 @@ SharedHostMemory::~SharedHostMemory() {
     ::munmap(data_, mapped_);
 }
 
-void read_shared(int fd, void* out, size_t bytes) {
-  size_t done = 0;
-  while (done < bytes) {
-    const ssize_t n =
-        ::pread(fd, static_cast<char*>(out) + done, bytes - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      throw std::invalid_argument("reading a shared tensor failed: " +
-                                  std::string(std::strerror(errno)));
-    if (n == 0)
-      throw std::invalid_argument("a shared tensor's memfd holds " + std::to_string(done) +
-                                  " bytes, " + std::to_string(bytes) + " were announced");
-    done += static_cast<size_t>(n);
-  }
-}
-
 size_t checked_shared_bytes(const SharedTensorHandle& handle) {
   const size_t bytes = tensor_bytes(handle.dtype, handle.shape, "a shared tensor");
   if (bytes > handle.bytes)

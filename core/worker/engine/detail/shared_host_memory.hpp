@@ -37,11 +37,6 @@ private:
   size_t mapped_ = 0;
 };
 
-// Copies the first `bytes` bytes of the memfd `fd` into `out` with pread, never mapping it: a
-// peer that still holds the memfd can neither change what was copied nor make this process fault.
-// Throws std::invalid_argument when `fd` holds fewer bytes.
-void read_shared(int fd, void* out, size_t bytes);
-
 // The bytes `handle`'s dtype and shape need; throws std::invalid_argument for a negative extent,
 // an overflow, or a handle exported with fewer bytes (it came from a peer: it is checked).
 size_t checked_shared_bytes(const SharedTensorHandle& handle);
