@@ -4,6 +4,7 @@
 #include "protocol/job_contract.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string_view>
 
 #include <boost/json/array.hpp>
@@ -148,13 +149,15 @@ Response build_response(const JobRecord& record) {
   std::vector<std::string> strict_failures;
   for (auto& f : flags) {
     json::object& o = f.as_object();
-    const json::string* name = o.contains("name") ? o.at("name").if_string() : nullptr;
-    const bool strict =
-        name != nullptr && std::find(record.strict_flags.begin(), record.strict_flags.end(),
-                                     std::string_view(*name)) != record.strict_flags.end();
+    // A copy: inserting "strict" below may move the object's elements.
+    const json::string* found = o.contains("name") ? o.at("name").if_string() : nullptr;
+    const std::optional<std::string> name =
+        found != nullptr ? std::optional<std::string>(*found) : std::nullopt;
+    const bool strict = name && std::find(record.strict_flags.begin(), record.strict_flags.end(),
+                                          *name) != record.strict_flags.end();
     o["strict"] = strict;
     if (strict)
-      strict_failures.emplace_back(*name);
+      strict_failures.push_back(*name);
   }
   exec["correctness"] =
       validated && validated->ok && !failed_while_timed && strict_failures.empty();
