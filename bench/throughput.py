@@ -117,10 +117,9 @@ def run_keval(args, jobs, label="keval"):
             name, request = job
             t = time.perf_counter()
             r = client.compare(request)
-            spent = (r.raw.get("kernel_exec_result", {}).get("metadata", {}).get("profiling", {})
-                     .get("sampling", {}).get("time_ms", {}))
-            timeline = (r.raw.get("kernel_exec_result", {}).get("metadata", {}).get("worker", {})
-                        .get("timeline_ms", {}))
+            metadata = r.raw.get("kernel_exec_result", {}).get("metadata", {})
+            spent = metadata.get("profiling", {}).get("sampling", {}).get("time_ms", {})
+            timeline = metadata.get("worker", {}).get("timeline_ms", {})
             with lock:
                 if all(k in timeline for k in ("bound", "validated", "profiled")):
                     held_ms.setdefault(name, []).append(

@@ -97,7 +97,7 @@ job_stage_times(double queue_ms, const json::object& timeline, double after_done
   out[9] = between(at("stopping"), at("ended"));
   // The worker's exit, measured by the host: a prestarted worker's wall time would count the
   // time it waited for its job.
-  out[10] = after_done_ms >= 0 ? std::optional<double>(after_done_ms) : std::nullopt;
+  out[10] = after_done_ms;
   return out;
 }
 

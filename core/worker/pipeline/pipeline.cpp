@@ -888,7 +888,9 @@ private:
     return copies;
   }
 
-  // Private copies of the tensors a runner described under `key` and sent with its reply.
+  // Private copies of the tensors a runner described under `key` and sent with its reply. With
+  // `budget` kUnchecked (outputs not wanted) none are copied, but they are still mapped: the
+  // runner's next reply of the kind may reuse their buffers (RunnerBuffers).
   std::vector<std::unique_ptr<Tensor>> copy_from_runner(Side& side, const json::object& reply,
                                                         const char* key, const char* doing,
                                                         uint64_t budget) {
@@ -912,12 +914,14 @@ private:
         if (__builtin_add_overflow(total, bytes, &total))
           total = UINT64_MAX;
       }
-      if (total > budget)
+      if (budget != kUnchecked && total > budget)
         throw unusable(std::to_string(total) + " bytes, more than the " + std::to_string(budget) +
                        " its outputs may take" +
                        (budget == kWithoutReference ? "" : " (twice the reference's)"));
-      for (const auto& mapped : map_shared(side, key, std::move(handles)))
-        copies.push_back(engine_->clone(mapped->dl(), Sharing::private_memory));
+      const auto& mapped = buffers_[&side].map(*engine_, key, std::move(handles));
+      if (budget != kUnchecked)
+        for (const auto& tensor : mapped)
+          copies.push_back(engine_->clone(tensor->dl(), Sharing::private_memory));
     } catch (const KernelFailure&) {
       throw;
     } catch (const std::exception& e) {
@@ -926,27 +930,6 @@ private:
       throw unusable(e.what());
     }
     return copies;
-  }
-
-  // The tensors a runner's reply shared under `key`, mapped here (RunnerBuffers).
-  const std::vector<std::unique_ptr<Tensor>>& map_shared(Side& side, const std::string& key,
-                                                         std::vector<SharedTensorHandle> handles) {
-    return buffers_[&side].map(*engine_, key, std::move(handles));
-  }
-
-  // map_shared for a reply whose tensors are not wanted: the buffers it sent stay mapped, since
-  // the runner's next reply of the kind may reuse them.
-  void mirror_shared(Side& side, const json::object& reply, const char* key, const char* doing) {
-    try {
-      map_shared(side, key,
-                 detail::read_shared(detail::array_field(reply, key), side.runner->channel()));
-    } catch (const std::exception& e) {
-      throw KernelFailure{side.name,
-                          error_json(kProcessFailed, side.name +
-                                                         " kernel's process sent unusable "
-                                                         "tensors while " +
-                                                         doing + ": " + e.what())};
-    }
   }
 
   // What the candidate may return: twice the bytes the reference returned (a dtype twice as wide
@@ -1459,12 +1442,6 @@ private:
     json::object reply = call(side, std::move(ask), "being timed");
     const double wall_ms = ms_since(start);
     spent_.runs += ms_since(preparing);
-    const auto copying = Clock::now();
-    struct Spent {
-      double& into;
-      Clock::time_point from;
-      ~Spent() { into += ms_since(from); }
-    } spent_copying{spent_.outputs, copying};
     expect_ok(side, reply, "being timed");
     SampleRun run;
     run.ms = detail::number_field(reply, "ms");
@@ -1478,22 +1455,18 @@ private:
       run.activity = read_activity(side, reply);
       run.ms += run.activity->outside_ms;
     }
-    if (budget == kUnchecked) {
-      // Not copied, but still mapped: the runner writes the next sample's into the same buffers.
-      if (side.returns_outputs() && reply.contains("outputs"))
-        mirror_shared(side, reply, "outputs", "returning its outputs");
-      return run;
-    }
+    const auto copying = Clock::now();
     if (side.returns_outputs()) {
-      if (reply.contains("outputs"))
+      if (reply.contains("outputs")) // kUnchecked: mapped, not copied
         run.launched.copies =
             copy_from_runner(side, reply, "outputs", "returning its timed outputs", budget);
-    } else {
+    } else if (budget != kUnchecked) {
       for (const keval_dl_tensor* view : binding.binder->output_views())
         run.launched.copies.push_back(engine_->clone(*view));
     }
     for (const auto& copy : run.launched.copies)
       run.launched.outputs.push_back(&copy->dl());
+    spent_.outputs += ms_since(copying);
     return run;
   }
 
@@ -1686,8 +1659,8 @@ private:
   std::vector<std::unique_ptr<Side>> sides_; // ref first (if any), custom last
   // Declared after the sides, so destroyed before them: tensors go before the engine.
   std::unique_ptr<Engine> engine_;
-  // Each runner's shared buffers, mapped (map_shared). Destroyed before the engine (and released
-  // in stop_runners before it is reset).
+  // Each runner's shared buffers, mapped (copy_from_runner). Destroyed before the engine (and
+  // released in stop_runners before it is reset).
   std::map<const Side*, detail::RunnerBuffers> buffers_;
   json::object granted_;
   int64_t next_binding_ = 1;
