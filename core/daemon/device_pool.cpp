@@ -138,9 +138,27 @@ void DevicePool::release(Ticket ticket) {
 
 int DevicePool::compile_arch(const std::optional<std::string>& gpu_type) const {
   std::lock_guard lock(mutex_);
+  return least_loaded_arch(gpu_type);
+}
+
+int DevicePool::reserve_compile_arch(const std::optional<std::string>& gpu_type) {
+  std::lock_guard lock(mutex_);
+  const int arch = least_loaded_arch(gpu_type);
+  if (arch != 0)
+    ++compiling_[arch];
+  return arch;
+}
+
+void DevicePool::end_compile_reservation(int arch) {
+  std::lock_guard lock(mutex_);
+  if (auto it = compiling_.find(arch); it != compiling_.end() && --it->second == 0)
+    compiling_.erase(it);
+}
+
+int DevicePool::least_loaded_arch(const std::optional<std::string>& gpu_type) const {
   struct Load {
     size_t gpus = 0;
-    size_t jobs = 0; // holding or waiting
+    size_t jobs = 0; // holding, waiting or compiling
   };
   std::map<int, Load> by_arch;
   for (const auto& slot : slots_)
@@ -151,6 +169,9 @@ int DevicePool::compile_arch(const std::optional<std::string>& gpu_type) const {
   for (const auto& waiter : waiting_)
     if (auto it = by_arch.find(waiter.wish.arch); it != by_arch.end())
       it->second.jobs += 1;
+  for (const auto& [arch, jobs] : compiling_)
+    if (auto it = by_arch.find(arch); it != by_arch.end())
+      it->second.jobs += jobs;
   int best = 0;
   double best_load = 0;
   for (const auto& [arch, load] : by_arch) { // ascending arch: ties go to the newer one

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -74,8 +75,15 @@ public:
   void release(Ticket ticket);
 
   // The architecture to compile a job for, before it asks for a device: among the GPUs of
-  // `gpu_type` (any when absent), the architecture whose GPUs are least loaded. 0 without GPUs.
+  // `gpu_type` (any when absent), the architecture whose GPUs are least loaded, counting the jobs
+  // that hold or wait for them and those still compiling for them. 0 without GPUs.
   int compile_arch(const std::optional<std::string>& gpu_type) const;
+  // compile_arch, and the job counted as compiling for that architecture until
+  // end_compile_reservation: jobs that arrive together spread over a mixed host's architectures
+  // instead of all compiling for the idlest one and then queueing for its GPUs.
+  int reserve_compile_arch(const std::optional<std::string>& gpu_type);
+  // The job asked for a device (acquire counts it from then on) or ended. 0: nothing reserved.
+  void end_compile_reservation(int arch);
   bool has_gpu_type(std::string_view gpu_type) const;
   // The GPUs' common type when they all share one ("H100"), else empty.
   std::string uniform_gpu_type() const;
@@ -99,6 +107,7 @@ private:
   };
 
   bool fits(const Slot& slot, const DeviceWish& wish) const;
+  int least_loaded_arch(const std::optional<std::string>& gpu_type) const; // with mutex_ held
   std::optional<size_t> free_slot(const DeviceWish& wish) const;
   DeviceGrant take(size_t slot, Ticket ticket);
   void deliver(std::function<void(DeviceGrant)> on_grant, DeviceGrant grant);
@@ -109,6 +118,7 @@ private:
   std::vector<Slot> slots_;
   std::deque<Waiter> waiting_;
   std::unordered_map<Ticket, std::optional<size_t>> held_; // ticket -> GPU slot, nullopt: CPU
+  std::map<int, size_t> compiling_; // architecture -> jobs reserved to compile for it
   Ticket next_ticket_ = 1;
 };
 

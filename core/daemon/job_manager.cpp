@@ -327,6 +327,7 @@ private:
     result::JobRecord record; // phases and outcome, until the final record is written
     std::optional<DeviceGrant> device;
     std::optional<DevicePool::Ticket> ticket;
+    int compile_arch = 0; // reserved with the device pool until the job asks for a device
     std::shared_ptr<supervisor::WorkerSession> session; // reset when it ends (it refers to us)
     // When set: the outcome's message; the worker is killed once it exists, or never started.
     std::string cancel_reason;
@@ -509,7 +510,11 @@ private:
     supervisor::JobLaunch launch;
     try {
       launch = job::make_launch(*job->request, registry_, job->id, run_options_);
-      launch.cuda_arch = devices_.compile_arch(job->gpu_type);
+      launch.cuda_arch = devices_.reserve_compile_arch(job->gpu_type);
+      {
+        std::lock_guard lock(mutex_);
+        job->compile_arch = launch.cuda_arch;
+      }
       fs::create_directories(launch.work_dir);
     } catch (const std::exception& e) {
       supervisor::SessionOutcome failed;
@@ -573,6 +578,7 @@ private:
     {
       std::lock_guard lock(mutex_);
       job->stage = protocol::JobStage::waiting_for_device;
+      devices_.end_compile_reservation(std::exchange(job->compile_arch, 0)); // acquire counts it
     }
     DeviceWish wish{types, job->gpu_type, arch};
     const auto ticket = devices_.acquire(
@@ -596,6 +602,7 @@ private:
     const json::object record = update(job, [&](Job& j) {
       if (j.ticket) // the worker is gone: the device is free now, not after the write
         devices_.release(*std::exchange(j.ticket, std::nullopt));
+      devices_.end_compile_reservation(std::exchange(j.compile_arch, 0)); // it never asked
       if (outcome.end == End::cancelled && !j.cancel_reason.empty())
         outcome.message = j.cancel_reason;
       j.record.outcome = std::move(outcome);

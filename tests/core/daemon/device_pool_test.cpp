@@ -186,6 +186,27 @@ TEST(DevicePool, CompileArchPicksTheLeastLoadedArchitecture) {
   EXPECT_EQ(DevicePool(none.ioc.get_executor(), {}).compile_arch(std::nullopt), 0);
 }
 
+TEST(DevicePool, JobsArrivingTogetherSpreadOverTheArchitectures) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {gpu(0, "A100", 80), gpu(1, "H100", 90)});
+  // Neither job holds or waits for a GPU yet: the first one's reservation is what tells them
+  // apart (without it both would compile for sm_90 and queue for the one H100).
+  const int first = pool.reserve_compile_arch(std::nullopt);
+  const int second = pool.reserve_compile_arch(std::nullopt);
+  EXPECT_EQ(first, 90);
+  EXPECT_EQ(second, 80);
+  EXPECT_EQ(pool.compile_arch(std::nullopt), 90); // one job per architecture: the tie again
+  // Asking for a device ends a reservation: the job is counted as waiting or holding instead.
+  pool.end_compile_reservation(first);
+  pool.acquire(cuda_wish(std::nullopt, first), grants.tagged(1));
+  EXPECT_EQ(pool.compile_arch(std::nullopt), 90);
+  pool.end_compile_reservation(second); // that job ended without asking
+  EXPECT_EQ(pool.compile_arch(std::nullopt), 80);
+  pool.end_compile_reservation(second); // nothing left to end: no effect
+  pool.end_compile_reservation(0);
+  EXPECT_EQ(pool.compile_arch(std::nullopt), 80);
+}
+
 TEST(DeviceDiscovery, ParsesTheWorkersDeviceList) {
   const auto found = parse_device_list(
       R"({"devices": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "gpu_type": "H100",

@@ -1,0 +1,146 @@
+// One daemon drives every GPU of its host (issue 17), tested without GPUs: the daemon is given a
+// worker (KEVAL_WORKER) that reports two fake GPUs, an H100 and an A100, and answers jobs by
+// script, recording the device each job was granted. Everything else the daemon asks of a worker
+// (plugin descriptions, the sandbox probe) goes to the real keval-worker.
+#include "core/daemon/daemon_harness.hpp"
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace keval::test::daemon {
+namespace {
+
+// A job's worker: hello, then the job; compiled; need_device; the grant. When the request's
+// kernel.metadata asks for a `barrier` of N, it waits (at most 20 s) until N jobs hold a device
+// at once before it goes on, and fails the job (fatal) if they never do: a daemon that served
+// its GPUs one job at a time cannot pass it.
+constexpr const char* kFakeWorker = R"(#!/usr/bin/env python3
+import json, os, struct, sys, time
+args = sys.argv[1:]
+if "--devices" in args:
+    gib = 1 << 30
+    print(json.dumps({"devices": [
+        {"index": 0, "name": "NVIDIA H100 80GB HBM3", "gpu_type": "H100", "arch": 90,
+         "memory_bytes": 80 * gib},
+        {"index": 1, "name": "NVIDIA A100-SXM4-80GB", "gpu_type": "A100", "arch": 80,
+         "memory_bytes": 80 * gib}]}))
+    sys.exit(0)
+if "--protocol-fd" not in args or "--prewarm" in args:
+    real = os.environ["KEVAL_REAL_WORKER"]
+    os.execv(real, [real] + args)
+fd = 3
+def send(obj):
+    body = json.dumps(dict(obj, v=1)).encode()
+    os.write(fd, b"KEV1" + struct.pack(">I", len(body)) + body)
+def read_exact(n):
+    data = bytearray()
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            sys.exit(3)
+        data += chunk
+    return bytes(data)
+def receive():
+    header = read_exact(8)
+    return json.loads(read_exact(struct.unpack(">I", header[4:])[0]))
+send({"type": "hello", "worker_version": "fake", "pid": os.getpid()})
+job = receive()
+metadata = job["request"].get("kernel", {}).get("metadata", {})
+side = {"kernel_type": "fault", "ok": True, "time_ms": 1}
+send({"type": "phase", "phase": "compiled", "result": {"ok": True, "custom": side}})
+send({"type": "need_device", "device_types": ["cuda"]})
+grant = receive()
+if "device" not in grant:
+    send({"type": "fatal", "message": "no device: " + grant.get("error", "")})
+    sys.exit(1)
+holding = os.path.join(os.environ["FAKE_GPU_DIR"], "holding-%d" % os.getpid())
+open(holding, "w").write(json.dumps(grant["device"]))
+deadline = time.monotonic() + 20
+while len(os.listdir(os.environ["FAKE_GPU_DIR"])) < metadata.get("barrier", 1):
+    if time.monotonic() > deadline:
+        send({"type": "fatal", "message": "the other jobs never held a device at the same time"})
+        sys.exit(1)
+    time.sleep(0.01)
+send({"type": "phase", "phase": "validated", "result": {"ok": True, "mode": "executable"}})
+timing = {"mean": 1, "std": 0, "min": 1, "max": 1, "median": 1, "percentile_95": 1,
+          "percentile_99": 1, "count": 1, "method": "cuda_event"}
+send({"type": "phase", "phase": "profiled",
+      "result": {"ok": True, "method": "cuda_event", "custom": timing}})
+send({"type": "done"})
+)";
+
+class DaemonMultiGpu : public ::testing::Test {
+protected:
+  DaemonMultiGpu() {
+    const fs::path worker = scratch_.path() / "fake-worker.py";
+    std::ofstream(worker) << kFakeWorker;
+    fs::permissions(worker, fs::perms::owner_all);
+    fs::create_directories(holding());
+    daemon_.emplace(dirs_.state(), dirs_.socket(),
+                    std::vector<std::string>{"--warm-workers", "0", "--max-workers", "4"},
+                    std::vector<std::string>{"KEVAL_WORKER=" + worker.string(),
+                                             "KEVAL_REAL_WORKER=" + worker_exe().string(),
+                                             "FAKE_GPU_DIR=" + holding().string()});
+  }
+  void SetUp() override { ASSERT_TRUE(daemon_->wait_ready()) << daemon_->log_tail(); }
+
+  fs::path holding() const { return scratch_.path() / "holding"; }
+  fs::path socket() const { return dirs_.socket(); }
+
+  TempDir scratch_;
+  DaemonDirs dirs_;
+  std::optional<DaemonProcess> daemon_;
+};
+
+TEST_F(DaemonMultiGpu, HealthListsEveryGpu) {
+  const auto health = HttpClient(socket()).get("/health").json_body();
+  const auto& gpus = health.at("gpus").as_array();
+  ASSERT_EQ(gpus.size(), 2u) << json::serialize(health);
+  EXPECT_EQ(gpus[0].at("type"), "H100");
+  EXPECT_EQ(gpus[1].at("type"), "A100");
+}
+
+TEST_F(DaemonMultiGpu, JobsHoldEveryGpuAtOnce) {
+  std::vector<std::string> ids;
+  for (int k = 0; k < 2; ++k) {
+    const auto r = HttpClient(socket()).post(
+        "/evaluate", with_async(fault_evaluate(json::object{{"barrier", 2}})));
+    ASSERT_EQ(r.status, 202u) << r.body();
+    ids.emplace_back(r.json_body().at("job_id").as_string());
+  }
+  std::set<int64_t> indices;
+  for (const auto& id : ids) {
+    const auto view = wait_finished(socket(), id, std::chrono::seconds(60));
+    EXPECT_EQ(view.at("status"), "completed") << json::serialize(view) << daemon_->log_tail();
+    indices.insert(view.at("device").at("index").as_int64());
+  }
+  EXPECT_EQ(indices, (std::set<int64_t>{0, 1}));
+  const auto stats = HttpClient(socket()).get("/stats").json_body();
+  for (const auto& gpu : stats.at("gpus").as_array()) {
+    EXPECT_EQ(gpu.at("grants_total"), 1) << json::serialize(gpu);
+    EXPECT_EQ(gpu.at("jobs_holding"), 0) << json::serialize(gpu);
+  }
+}
+
+TEST_F(DaemonMultiGpu, AJobAskingForAGpuTypeGetsThatGpu) {
+  for (const char* type : {"A100", "H100", "A100"}) {
+    const auto r = HttpClient(socket()).post("/evaluate", fault_evaluate(json::object{}),
+                                             {{"X-GPU-Type", type}});
+    ASSERT_EQ(r.status, 200u) << r.body() << daemon_->log_tail();
+    EXPECT_EQ(r.header("X-GPU-Type"), type);
+    const auto view =
+        HttpClient(socket()).get("/jobs/" + std::string(r.json_body().at("job_id").as_string()));
+    EXPECT_EQ(view.json_body().at("device").at("gpu_type"), type) << view.body();
+    EXPECT_EQ(view.json_body().at("device").at("index"), std::string(type) == "A100" ? 1 : 0);
+  }
+  // A type this host does not have is refused before any worker starts.
+  const auto r = HttpClient(socket()).post("/evaluate", fault_evaluate(json::object{}),
+                                           {{"X-GPU-Type", "H200"}});
+  EXPECT_EQ(r.status, 400u) << r.body();
+}
+
+} // namespace
+} // namespace keval::test::daemon
