@@ -18,6 +18,15 @@ keval:    one daemon (prestarted workers as configured), --clients requests in f
           profiling phase's time went (sampling.time_ms). With --max-noise P, the batch again
           with "max_noise": P in every request (sampling stops once the mean is that stable:
           the client's choice, so a separate row).
+versus:   with --versus ARGS, the keval batch again through a daemon started with ARGS as well
+          (--versus "--warm-workers-max 6"), side by side, with the ratio of the two rates.
+sequence: with --warm-sequence N, N back-to-back compares of --sequence-request (default
+          examples/torch_cuda_kernelbench_add.json) from one client through a daemon of its own,
+          after one unmeasured cold compare (a pool that does not refill ahead of demand shows as
+          a maximum far above the median; issue 17 asks for the maximum within 2x the median at
+          N = 20). The default's candidate is a load_inline extension, built in each job's own
+          private cache (a candidate never writes a cache another job reads), so its build
+          dominates each job; examples/torch_kernelbench_compare.json has no build.
 fresh:    each job in a process of its own, sequentially: a KernelBench-style problem in a fresh
           Python doing what KernelBench's eval_kernel_against_ref does (import torch, build both
           models seeded alike, 5 correctness trials, 100 timed trials with CUDA events; the
@@ -26,12 +35,15 @@ fresh:    each job in a process of its own, sequentially: a KernelBench-style pr
           process per job).
 
 usage: bench/throughput.py [--keval build/bin/keval] [--python python3] [--repeat 2]
-                           [--clients 8] [--max-noise P]... [--json FILE] [--skip-fresh]
+                           [--clients 8] [--max-noise P]... [--versus ARGS]...
+                           [--warm-sequence N [--sequence-only]] [--json FILE]
+                           [--skip-fresh]
 """
 import argparse
 import json
 import os
 import random
+import shlex
 import statistics
 import subprocess
 import sys
@@ -89,7 +101,7 @@ def percentile(values, p):
 
 def row(label, wall, latencies, failures, extra=""):
     n = len(latencies)
-    print(f"{label:<10} jobs {n:3d}  wall {wall:7.1f} s  {60 * n / wall:6.1f} jobs/min  "
+    print(f"{label:<14} jobs {n:3d}  wall {wall:7.1f} s  {60 * n / wall:6.1f} jobs/min  "
           f"latency p50 {percentile(latencies, 50):6.2f} s  p95 {percentile(latencies, 95):6.2f} s  "
           f"max {max(latencies):6.2f} s  failed {failures}{extra}")
 
@@ -100,6 +112,7 @@ def run_keval(args, jobs, label="keval"):
                                 serve_args=args.serve_arg, timeout=60)
     try:
         # One unmeasured job per prewarm set teaches the daemon its sets (as traffic would).
+        learning = time.perf_counter()
         seen = set()
         for name, request in jobs:
             types = tuple(sorted(k["kernel_type"] for k in (request["ref_kernel"],
@@ -107,6 +120,8 @@ def run_keval(args, jobs, label="keval"):
             if types not in seen:
                 seen.add(types)
                 client.compare(request)
+        print(f"   ({len(seen)} unmeasured jobs, one per prewarm set, took "
+              f"{time.perf_counter() - learning:.0f} s)")
         before = client.stats()
         latencies, failures = [], []
         profiling_ms = {}  # sampling.time_ms summed: where profiling's wall time went
@@ -124,7 +139,8 @@ def run_keval(args, jobs, label="keval"):
                 if all(k in timeline for k in ("bound", "validated", "profiled")):
                     held_ms.setdefault(name, []).append(
                         (timeline["validated"] - timeline["bound"],
-                         timeline["profiled"] - timeline["validated"]))
+                         timeline["profiled"] - timeline["validated"],
+                         spent))
                 latencies.append(time.perf_counter() - t)
                 for part, ms in spent.items():
                     profiling_ms[part] = profiling_ms.get(part, 0.0) + ms
@@ -147,13 +163,50 @@ def run_keval(args, jobs, label="keval"):
         print("   stages (mean ms over the daemon's jobs): " + "  ".join(
             f"{s['stage']} {s['mean_ms']:.0f}" for s in stages if s.get("mean_ms") is not None))
         for name, spans in sorted(held_ms.items()):
-            print(f"   {name:28s} validation {statistics.mean(v for v, _ in spans):6.0f} ms"
-                  f"  profiling {statistics.mean(p for _, p in spans):6.0f} ms  (n={len(spans)})")
+            parts = {k: statistics.mean(sp.get(k, 0) for _, _, sp in spans)
+                     for k in ("inputs", "runs", "outputs", "checks")}
+            print(f"   {name:28s} validation {statistics.mean(v for v, _, _ in spans):6.0f} ms"
+                  f"  profiling {statistics.mean(p for _, p, _ in spans):6.0f} ms  (" +
+                  " ".join(f"{k} {v:.0f}" for k, v in parts.items()) + f"; n={len(spans)})")
         print("   profiling (mean ms per job): " + "  ".join(
             f"{part} {ms / len(jobs):.0f}" for part, ms in profiling_ms.items()))
         return {"wall_s": wall, "latencies_s": latencies, "failures": failures,
                 "gpu_busy_fraction": busy / 1000 / wall / gpus, "time_breakdown": stages,
                 "profiling_ms_per_job": {k: v / len(jobs) for k, v in profiling_ms.items()}}
+    finally:
+        client.close()
+
+
+def run_sequence(args, n):
+    request = json.loads(Path(args.sequence_request).read_text())
+    state = tempfile.mkdtemp(prefix="kv-seq-", dir="/tmp")
+    client = keval.Client.local(keval_bin=args.keval, state_dir=state,
+                                serve_args=args.serve_arg, timeout=60)
+    try:
+        t = time.perf_counter()
+        client.compare(request)  # cold: teaches the daemon the set, as the first request would
+        print(f"   the cold compare took {time.perf_counter() - t:.1f} s")
+        latencies, failures, starts = [], 0, []
+        start = time.perf_counter()
+        for _ in range(n):
+            t = time.perf_counter()
+            r = client.compare(request)
+            latencies.append(time.perf_counter() - t)
+            failures += 0 if r.ok else 1
+            timeline = r.raw.get("kernel_exec_result", {}).get("metadata", {}).get(
+                "worker", {}).get("timeline_ms", {})
+            starts.append((timeline.get("runners_started"), timeline.get("bound"),
+                           timeline.get("ended")))
+        wall = time.perf_counter() - start
+        median = statistics.median(latencies)
+        row("sequence", wall, latencies, failures,
+            f"  max/median {max(latencies) / median:.2f}")
+        print("   latencies (s): " + " ".join(f"{x:.2f}" for x in latencies))
+        if all(None not in s for s in starts):
+            print("   per job, ms after the job reached its worker: runners up / bound / ended: " +
+                  " ".join(f"{a:.0f}/{b:.0f}/{c:.0f}" for a, b, c in starts))
+        return {"wall_s": wall, "latencies_s": latencies, "failures": failures,
+                "max_over_median": max(latencies) / median}
     finally:
         client.close()
 
@@ -203,21 +256,56 @@ def main():
                         help="also run the keval batch with this request 'max_noise' (percent: a "
                              "side's sampling stops once its mean is that stable, after "
                              "'min_samples'); repeat for several rows")
+    parser.add_argument("--versus", action="append", default=[], metavar="ARGS",
+                        help="also run the batch through a daemon given these extra arguments "
+                             "(--versus '--warm-workers-max 6'), side by side, with the ratio")
+    parser.add_argument("--warm-sequence", type=int, default=0, metavar="N",
+                        help="also time N back-to-back torch_cuda compares from one client")
+    parser.add_argument("--sequence-request", metavar="FILE",
+                        default=str(ROOT / "examples/torch_cuda_kernelbench_add.json"),
+                        help="the compare --warm-sequence sends (default: KernelBench's "
+                             "load_inline add, whose candidate is built in its own job each time)")
+    parser.add_argument("--sequence-only", action="store_true",
+                        help="run only the --warm-sequence rows (for each --versus as well)")
     parser.add_argument("--skip-fresh", action="store_true")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
+    began = time.perf_counter()
+    out = {}
+    variants = [(extra, argparse.Namespace(**dict(
+        vars(args), serve_arg=args.serve_arg + shlex.split(extra)))) for extra in args.versus]
+    if args.sequence_only:
+        for label, variant in [("", args)] + variants:
+            print(f"-- {args.warm_sequence} back-to-back {Path(args.sequence_request).name} "
+                  f"compares, one client, through a daemon started with "
+                  f"{' '.join(variant.serve_arg) or 'the defaults'}")
+            out[f"sequence {label}".strip()] = run_sequence(variant, args.warm_sequence)
+        print(f"(the bench took {time.perf_counter() - began:.0f} s)")
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=1))
+        return
     jobs = batch(args.repeat)
     print(f"batch: {len(jobs)} compares ({', '.join(sorted({n for n, _ in jobs}))})")
-    out = {"keval": run_keval(args, jobs)}
+    out["keval"] = run_keval(args, jobs)
+    for extra, variant in variants:
+        print(f"-- the same batch through a daemon started with {extra}")
+        out[f"keval {extra}"] = run_keval(variant, jobs, label=extra.lstrip("-")[:14])
+        ratio = out["keval"]["wall_s"] / out[f"keval {extra}"]["wall_s"]
+        print(f"ratio (jobs/min with {extra} over without): {ratio:.2f}x")
     for noise in args.max_noise:
         print(f"-- the same batch, each request with \"max_noise\": {noise}")
         allowed = [(name, dict(request, max_noise=noise)) for name, request in jobs]
         out[f"keval_max_noise_{noise:g}"] = run_keval(args, allowed, label=f"noise {noise:g}%")
+    if args.warm_sequence:
+        print(f"-- {args.warm_sequence} back-to-back {Path(args.sequence_request).name} "
+              "compares, one client")
+        out["sequence"] = run_sequence(args, args.warm_sequence)
     if not args.skip_fresh:
         out["fresh"] = run_fresh(args, jobs)
         ratio = (len(jobs) / out["keval"]["wall_s"]) / (len(jobs) / out["fresh"]["wall_s"])
         print(f"ratio (keval jobs/min over fresh-process jobs/min): {ratio:.2f}x")
         out["ratio"] = ratio
+    print(f"(the bench took {time.perf_counter() - began:.0f} s)")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
 
