@@ -106,10 +106,18 @@ def row(label, wall, latencies, failures, extra=""):
           f"max {max(latencies):6.2f} s  failed {failures}{extra}")
 
 
+def local_daemon(args, prefix):
+    """A client of a daemon of its own (fresh state, args.serve_arg), stopped by close()."""
+    return keval.Client.local(keval_bin=args.keval, serve_args=args.serve_arg, timeout=60,
+                              state_dir=tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+def metadata_of(response):
+    return response.raw.get("kernel_exec_result", {}).get("metadata", {})
+
+
 def run_keval(args, jobs, label="keval"):
-    state = tempfile.mkdtemp(prefix="kv-tp-", dir="/tmp")
-    client = keval.Client.local(keval_bin=args.keval, state_dir=state,
-                                serve_args=args.serve_arg, timeout=60)
+    client = local_daemon(args, "kv-tp-")
     try:
         # One unmeasured job per prewarm set teaches the daemon its sets (as traffic would).
         learning = time.perf_counter()
@@ -132,7 +140,7 @@ def run_keval(args, jobs, label="keval"):
             name, request = job
             t = time.perf_counter()
             r = client.compare(request)
-            metadata = r.raw.get("kernel_exec_result", {}).get("metadata", {})
+            metadata = metadata_of(r)
             spent = metadata.get("profiling", {}).get("sampling", {}).get("time_ms", {})
             timeline = metadata.get("worker", {}).get("timeline_ms", {})
             with lock:
@@ -179,9 +187,7 @@ def run_keval(args, jobs, label="keval"):
 
 def run_sequence(args, n):
     request = json.loads(Path(args.sequence_request).read_text())
-    state = tempfile.mkdtemp(prefix="kv-seq-", dir="/tmp")
-    client = keval.Client.local(keval_bin=args.keval, state_dir=state,
-                                serve_args=args.serve_arg, timeout=60)
+    client = local_daemon(args, "kv-seq-")
     try:
         t = time.perf_counter()
         client.compare(request)  # cold: teaches the daemon the set, as the first request would
@@ -193,8 +199,7 @@ def run_sequence(args, n):
             r = client.compare(request)
             latencies.append(time.perf_counter() - t)
             failures += 0 if r.ok else 1
-            timeline = r.raw.get("kernel_exec_result", {}).get("metadata", {}).get(
-                "worker", {}).get("timeline_ms", {})
+            timeline = metadata_of(r).get("worker", {}).get("timeline_ms", {})
             starts.append((timeline.get("runners_started"), timeline.get("bound"),
                            timeline.get("ended")))
         wall = time.perf_counter() - start
@@ -270,37 +275,33 @@ def main():
     parser.add_argument("--skip-fresh", action="store_true")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
+    if args.sequence_only and not args.warm_sequence:
+        parser.error("--sequence-only needs --warm-sequence N")
     began = time.perf_counter()
     out = {}
     variants = [(extra, argparse.Namespace(**dict(
         vars(args), serve_arg=args.serve_arg + shlex.split(extra)))) for extra in args.versus]
-    if args.sequence_only:
-        for label, variant in [("", args)] + variants:
-            print(f"-- {args.warm_sequence} back-to-back {Path(args.sequence_request).name} "
-                  f"compares, one client, through a daemon started with "
-                  f"{' '.join(variant.serve_arg) or 'the defaults'}")
-            out[f"sequence {label}".strip()] = run_sequence(variant, args.warm_sequence)
-        print(f"(the bench took {time.perf_counter() - began:.0f} s)")
-        if args.json:
-            Path(args.json).write_text(json.dumps(out, indent=1))
-        return
-    jobs = batch(args.repeat)
-    print(f"batch: {len(jobs)} compares ({', '.join(sorted({n for n, _ in jobs}))})")
-    out["keval"] = run_keval(args, jobs)
-    for extra, variant in variants:
-        print(f"-- the same batch through a daemon started with {extra}")
-        out[f"keval {extra}"] = run_keval(variant, jobs, label=extra.lstrip("-")[:14])
-        ratio = out["keval"]["wall_s"] / out[f"keval {extra}"]["wall_s"]
-        print(f"ratio (jobs/min with {extra} over without): {ratio:.2f}x")
-    for noise in args.max_noise:
-        print(f"-- the same batch, each request with \"max_noise\": {noise}")
-        allowed = [(name, dict(request, max_noise=noise)) for name, request in jobs]
-        out[f"keval_max_noise_{noise:g}"] = run_keval(args, allowed, label=f"noise {noise:g}%")
-    if args.warm_sequence:
+    if not args.sequence_only:
+        jobs = batch(args.repeat)
+        print(f"batch: {len(jobs)} compares ({', '.join(sorted({n for n, _ in jobs}))})")
+        out["keval"] = run_keval(args, jobs)
+        for extra, variant in variants:
+            print(f"-- the same batch through a daemon started with {extra}")
+            out[f"keval {extra}"] = run_keval(variant, jobs, label=extra.lstrip("-")[:14])
+            ratio = out["keval"]["wall_s"] / out[f"keval {extra}"]["wall_s"]
+            print(f"ratio (jobs/min with {extra} over without): {ratio:.2f}x")
+        for noise in args.max_noise:
+            print(f"-- the same batch, each request with \"max_noise\": {noise}")
+            allowed = [(name, dict(request, max_noise=noise)) for name, request in jobs]
+            out[f"keval_max_noise_{noise:g}"] = run_keval(args, allowed, label=f"noise {noise:g}%")
+    # --sequence-only: a sequence for each --versus as well; else one, with the defaults.
+    for label, variant in ([("", args)] + variants if args.sequence_only else
+                           [("", args)] if args.warm_sequence else []):
         print(f"-- {args.warm_sequence} back-to-back {Path(args.sequence_request).name} "
-              "compares, one client")
-        out["sequence"] = run_sequence(args, args.warm_sequence)
-    if not args.skip_fresh:
+              f"compares, one client, through a daemon started with "
+              f"{' '.join(variant.serve_arg) or 'the defaults'}")
+        out[f"sequence {label}".strip()] = run_sequence(variant, args.warm_sequence)
+    if not args.skip_fresh and not args.sequence_only:
         out["fresh"] = run_fresh(args, jobs)
         ratio = (len(jobs) / out["keval"]["wall_s"]) / (len(jobs) / out["fresh"]["wall_s"])
         print(f"ratio (keval jobs/min over fresh-process jobs/min): {ratio:.2f}x")
