@@ -4,16 +4,21 @@
 ComputeEval's procedure (evaluators/base.py + local_evaluator.py, reproduced here with the
 standard library so that nothing of ComputeEval is needed): for every solution, a fresh
 workspace of context + test + solution files, `build_command`, then `test_command` holding one
-GPU of a pool, N worker threads, no sandbox. keval: `keval compute-eval evaluate` through a
-daemon that is already running (a daemon is long-lived by design; its start-up is printed apart),
-with --jobs N, sandboxed, with and without harness reuse.
+GPU of a pool, N worker threads (ComputeEval's default: 4), no sandbox. keval:
+`keval compute-eval evaluate` through a daemon started for the row (a daemon is long-lived by
+design; its start-up is printed apart, and a fresh one per row keeps builds one row cached from
+the next), sandboxed: with --jobs N and the plain build command; with --jobs N, the harness
+reused and whole builds kept by content; and at keval's defaults (no --jobs: as many jobs at once
+as the daemon runs, harness and build reuse).
 
 Problems are keval's own (tests/compute_eval/problems): k solutions per problem, drawn in turn
 from each problem's variants (pass, wrong, build_error, ...; never a timeout variant, whose
-waiting would only measure the timeout). Every verdict of keval is compared with the procedure's
-and disagreements are printed. Prints one row per run and the ratios.
+waiting would only measure the timeout), so samples repeat as pass@k samples do; the count of
+distinct solutions is printed. --distinct makes every sample unique (a comment of its own), so
+that no build can be reused. Every verdict of keval is compared with the procedure's and
+disagreements are printed. Prints one row per run and the ratios against ComputeEval at each N.
 
-  python3 bench/compute_eval.py --keval-bin build/bin/keval --workers 4 --k 4
+  python3 bench/compute_eval.py --keval-bin build/bin/keval --workers 4 16 --k 8 [--distinct]
 
 On a ComputeEval release you have locally (its dataset is never part of keval):
   python3 bench/compute_eval.py --problems-datapack 2026-1-problems.tar.gz \
@@ -27,6 +32,7 @@ import contextlib
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -132,10 +138,13 @@ def computeeval(problems, solutions, workers, gpus):
 # ---- keval -----------------------------------------------------------------------------------
 
 def keval_run(problems_pack, solutions_pack, socket, workers, reuse, work):
+    """One run of `keval compute-eval evaluate`; `workers` None: its default --jobs."""
     out = os.path.join(work, f"graded-{workers}-{int(reuse)}-{time.monotonic_ns()}.jsonl")
     cmd = [sys.executable, "-m", "keval.compute_eval", "evaluate", "--problems", problems_pack,
-           "--solutions", solutions_pack, "--jobs", str(workers), "--daemon", socket,
-           "--output", out, "--progress", "lines"]
+           "--solutions", solutions_pack, "--daemon", socket, "--output", out,
+           "--progress", "lines"]
+    if workers is not None:
+        cmd += ["--jobs", str(workers)]
     if not reuse:
         cmd.append("--no-harness-reuse")
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
@@ -145,9 +154,23 @@ def keval_run(problems_pack, solutions_pack, socket, workers, reuse, work):
     if done.returncode not in (0,):
         sys.stderr.write(done.stdout + done.stderr)
         raise SystemExit(f"keval compute-eval exited with {done.returncode}")
+    at_once = re.search(r"(\d+) at a time", done.stderr)
     entries = [json.loads(line) for line in open(out)]
     entries.sort(key=lambda e: e["keval"]["solution_index"])
-    return seconds, [bool(e["passed"]) for e in entries], entries
+    return (seconds, [bool(e["passed"]) for e in entries], entries,
+            int(at_once.group(1)) if at_once else workers)
+
+
+def make_unique(solution, i):
+    """`solution` with a comment of its own at the end of its first file."""
+    files = [dict(f) for f in solution["files"]]
+    files[0]["content"] = files[0]["content"] + f"\n// sample {i}\n"
+    return dict(solution, files=files)
+
+
+def kept_builds_reused(entries):
+    """How many of a run's programs were taken from the build cache."""
+    return sum(1 for e in entries if e["keval"].get("build_reused"))
 
 
 def main():
@@ -161,6 +184,8 @@ def main():
                         help="a ComputeEval problems datapack instead of keval's own problems")
     parser.add_argument("--solutions-datapack", metavar="S.tar.gz",
                         help="its solutions (default: each problem's baseline, --k times)")
+    parser.add_argument("--distinct", action="store_true",
+                        help="make every sample unique (a comment of its own): no build is reused")
     args = parser.parse_args()
 
     gpus = gpu_count()
@@ -175,45 +200,57 @@ def main():
         problems = [p for p in problems if p["task_id"] in wanted]
     else:
         problems, solutions = select(args.problems, args.k, gpus > 0)
-    print(f"{len(problems)} problems, {len(solutions)} solutions ({args.k} per problem), "
-          f"{gpus} GPU(s), {os.cpu_count()} cores")
+    if args.distinct:
+        solutions = [make_unique(s, i) for i, s in enumerate(solutions)]
+    distinct = len({json.dumps(s["files"], sort_keys=True) for s in solutions})
+    print(f"{len(problems)} problems, {len(solutions)} solutions ({args.k} per problem, "
+          f"{distinct} distinct), {gpus} GPU(s), {os.cpu_count()} cores")
     work = tempfile.mkdtemp(prefix="keval-bench-ce-")
     problems_pack = os.path.join(work, "bench-problems.tar.gz")
     solutions_pack = os.path.join(work, "bench-solutions.tar.gz")
     write_problems(problems_pack, problems, release="internal")
     write_solutions(solutions_pack, solutions, release="internal")
 
-    rows = []
-    try:
+    ce_verdicts = None
+    ce_rows = {}  # N -> seconds
+    rows = []  # (label, N, seconds, programs reused)
+
+    def keval_row(label, workers, reuse):
+        # A daemon of the row's own: no build one row kept is reused by the next.
         started = time.monotonic()
         with LocalDaemon(keval_bin=args.keval_bin, extra_args=args.daemon_arg) as daemon:
-            print(f"keval daemon started in {time.monotonic() - started:.2f} s (not counted)")
-            # One untimed pass warms what a long-running daemon has warm (the harness cache is
-            # cleared by the --no-harness-reuse row coming first each round).
-            for workers in args.workers:
-                ce_s, ce_verdicts = computeeval(problems, solutions, workers, gpus)
-                rows.append(("ComputeEval local procedure", workers, ce_s, None))
-                for reuse in (False, True):
-                    s, verdicts, entries = keval_run(problems_pack, solutions_pack,
-                                                     daemon.socket_path, workers, reuse, work)
-                    label = "keval (daemon, sandboxed)" + (", harness reuse" if reuse else
-                                                           ", plain build command")
-                    rows.append((label, workers, s, ce_s / s))
-                    for i, (a, b) in enumerate(zip(ce_verdicts, verdicts)):
-                        if a != b:
-                            why = (entries[i].get("build_output") or
-                                   entries[i].get("test_output") or "")[:160]
-                            print(f"  verdict differs: solution {i} ({solutions[i]['task_id']}, "
-                                  f"{label}): ComputeEval {a}, keval {b}: {why!r}")
+            print(f"  ({label}: daemon started in {time.monotonic() - started:.2f} s, not "
+                  f"counted)")
+            s, verdicts, entries, at_once = keval_run(problems_pack, solutions_pack,
+                                                      daemon.socket_path, workers, reuse, work)
+        rows.append((label, at_once, s, kept_builds_reused(entries)))
+        for i, (a, b) in enumerate(zip(ce_verdicts, verdicts)):
+            if a != b:
+                why = (entries[i].get("build_output") or entries[i].get("test_output") or "")
+                print(f"  verdict differs: solution {i} ({solutions[i]['task_id']}, {label}): "
+                      f"ComputeEval {a}, keval {b}: {why[:160]!r}")
+
+    try:
+        for workers in args.workers:
+            ce_s, ce_verdicts = computeeval(problems, solutions, workers, gpus)
+            ce_rows[workers] = ce_s
+            rows.append(("ComputeEval local procedure", workers, ce_s, None))
+            keval_row("keval, plain build command", workers, False)
+            keval_row("keval, harness and builds reused", workers, True)
+        keval_row("keval defaults (--jobs: daemon's)", None, True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     n = len(solutions)
-    print(f"\n{'procedure':46} {'N':>3} {'wall s':>8} {'solutions/min':>14} {'vs ComputeEval':>15}")
-    for label, workers, seconds, ratio in rows:
-        print(f"{label:46} {workers:>3} {seconds:8.2f} {60 * n / seconds:14.1f} "
-              f"{'' if ratio is None else f'{ratio:.2f}x':>15}")
-
+    versus = "".join(f" {f'vs CE N={w}':>11}" for w in ce_rows)
+    print(f"\n{'procedure (keval: daemon, sandboxed)':38} {'N':>3} {'wall s':>8} "
+          f"{'solutions/min':>14} {'reused':>7}{versus}")
+    for label, workers, seconds, reused in rows:
+        ratios = "".join(f" {'' if reused is None else f'{ce / seconds:.2f}x':>11}"
+                         for ce in ce_rows.values())
+        print(f"{label:38} {workers if workers is not None else '?':>3} {seconds:8.2f} "
+              f"{60 * n / seconds:14.1f} {'' if reused is None else reused:>7}{ratios}")
+    print("reused: programs a job took from the build cache instead of building them")
 
 if __name__ == "__main__":
     main()

@@ -213,8 +213,11 @@ HttpResponse Api::health() const {
     body["gpu_discovery"] = discovery_.reason;
   body["cpu_device"] = true;
   const StatsSnapshot stats = jobs_.stats();
-  body["jobs"] = {
-      {"active", stats.active}, {"queued", stats.queued}, {"queue_capacity", stats.queue_capacity}};
+  // max_active: jobs this daemon runs at once, what a client that wants to keep it busy submits.
+  body["jobs"] = {{"active", stats.active},
+                  {"max_active", stats.max_active},
+                  {"queued", stats.queued},
+                  {"queue_capacity", stats.queue_capacity}};
   return json_response(stopping ? http::status::service_unavailable : http::status::ok, body);
 }
 

@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -404,6 +405,38 @@ def test_progress_lines_every_ten_percent(tmp_path, capsys, fake_daemon):
     lines = [line for line in err.splitlines() if "%" in line]
     assert [line.split()[1] for line in lines] == [f"{10 * i}%" for i in range(1, 11)]
     assert "20/20  passed 20  failed 0  skipped 0" in lines[-1]
+
+
+@pytest.mark.parametrize("max_active, expected", [(6, 6), (None, 4)])
+def test_default_jobs_keep_the_daemons_workers_busy(tmp_path, capsys, fake_daemon, max_active,
+                                                    expected):
+    # Without --jobs, as many requests at once as /health's jobs.max_active (the daemon builds
+    # them in parallel while the GPU tests); ComputeEval's 4 for a daemon that does not say.
+    if max_active is not None:
+        fake_daemon.health["jobs"] = {"active": 0, "max_active": max_active, "queued": 0}
+    together = threading.Barrier(expected, timeout=30)  # fails unless `expected` arrive at once
+    lock = threading.Lock()
+    in_flight = [0, 0]  # now, most
+
+    def answer(request, attempt):
+        with lock:
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight[1], in_flight[0])
+        together.wait()
+        with lock:
+            in_flight[0] -= 1
+        return fake_daemon.default_answer(request, attempt)
+
+    fake_daemon.answer = answer
+    solutions = [make_solution("T/0", "pass", note=str(i)) for i in range(2 * expected)]
+    p, s = datapacks(tmp_path, [make_problem("T/0")], solutions)
+    rc, _, err = run(capsys, "evaluate", "--problems", p, "--solutions", s,
+                     "--daemon", fake_daemon.socket_path, "--output", str(tmp_path / "o.jsonl"),
+                     "--progress", "lines")
+    assert rc == 0, err
+    assert f"{2 * expected} solutions of model to evaluate, {expected} at a time" in err
+    assert in_flight[1] == expected
+    assert len(read_jsonl(str(tmp_path / "o.jsonl"))) == 2 * expected
 
 
 def test_progress_bar(tmp_path, capsys, fake_daemon):

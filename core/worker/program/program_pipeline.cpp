@@ -8,7 +8,7 @@
 #include "worker/engine/device_counters.hpp"
 #include "worker/isolation/isolation.hpp"
 #include "worker/metrics/device_metrics.hpp"
-#include "worker/program/harness_cache.hpp"
+#include "worker/program/artifact_cache.hpp"
 #include "worker/program/step_process.hpp"
 #include "worker/program/timing.hpp"
 #include "worker/runner/program_commands.hpp"
@@ -22,11 +22,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <regex>
+#include <system_error>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value_from.hpp>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 namespace keval::worker {
 
@@ -35,7 +37,7 @@ namespace {
 namespace json = boost::json;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-using program::HarnessCache;
+using program::ArtifactCache;
 
 constexpr size_t kOutputCap = 64u << 10; // per stream: the first and the last 32 KiB
 constexpr size_t kMaxProfileBytes = 16u << 20;
@@ -44,6 +46,27 @@ constexpr int kBenchmarkRuns = 3; // per side, alternating, the median kept
 constexpr int kCountedPerKernel = 2;
 constexpr int kMaxCountedKernels = 32;
 constexpr size_t kMaxCountersBytes = 4u << 20;
+constexpr size_t kMaxBuildOutputBytes = 256u << 20; // a build kept in the cache, per file
+// Where a kept build's compiler output is stored in its cache entry (never written to a
+// workspace).
+constexpr const char* kKeptBuildOutput = ".keval/build-output.txt";
+
+// The bytes behind a cache entry's descriptor, from its start.
+std::string read_descriptor(int fd, size_t max_bytes) {
+  std::string content;
+  char buffer[65536];
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd, buffer, sizeof buffer, at);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      throw std::system_error(errno, std::generic_category(), "reading a kept build");
+    if (n == 0 || content.size() + static_cast<size_t>(n) > max_bytes)
+      return content;
+    content.append(buffer, static_cast<size_t>(n));
+    at += n;
+  }
+}
 constexpr const char* kKeepFiles[] = {".keval/.keep", ".keval/harness/.keep",
                                       ".keval/solution/.keep"};
 
@@ -368,19 +391,23 @@ private:
     return command;
   }
 
+  // `objects` (harness objects) and `programs` (a cached build's outputs, written executable)
+  // are copied into the workspace from the cache's descriptors.
   void write_workspace(RunnerClient& runner, const request::ProgramSolution* solution,
-                       bool with_tests, std::map<std::string, UniqueFd>* objects = nullptr) {
+                       bool with_tests, std::map<std::string, UniqueFd>* objects = nullptr,
+                       std::map<std::string, UniqueFd>* programs = nullptr) {
     json::object command = workspace_files(solution, with_tests);
     std::vector<int> fds;
-    if (objects != nullptr) {
-      json::array from_fds;
-      for (const auto& [path, fd] : *objects) {
-        from_fds.push_back(json::object{{"path", path}});
-        ::lseek(fd.get(), 0, SEEK_SET);
-        fds.push_back(fd.get());
-      }
+    json::array from_fds;
+    for (auto* files : {objects, programs})
+      if (files != nullptr)
+        for (const auto& [path, fd] : *files) {
+          from_fds.push_back(json::object{{"path", path}, {"executable", files == programs}});
+          ::lseek(fd.get(), 0, SEEK_SET);
+          fds.push_back(fd.get());
+        }
+    if (!from_fds.empty())
       command["from_fds"] = std::move(from_fds);
-    }
     const json::object reply = runner.call(std::move(command), "writing the workspace", fds);
     if (!RunnerClient::ok(reply))
       throw std::runtime_error("cannot write the program's workspace: " +
@@ -477,11 +504,67 @@ private:
     return objects;
   }
 
-  HarnessCache harness_cache() const {
+  // `kind`: "program-harness" (harness objects) or "program-build" (solutions' whole builds).
+  ArtifactCache artifact_cache(const char* kind) const {
     const std::string& private_dir = solution_.runner->place().private_dir;
     if (private_dir.empty())
-      return HarnessCache({}, "no state directory to keep it in");
-    return HarnessCache(fs::path(private_dir) / "cache" / "program-harness");
+      return ArtifactCache({}, "no state directory to keep it in");
+    return ArtifactCache(fs::path(private_dir) / "cache" / kind);
+  }
+
+  // A side's build with the harness's objects, through the build cache when the plan keys one:
+  // taken from an earlier job that built the same files, else built here and kept when it
+  // succeeded. A failed build is never kept; its output is this job's report. `note`: the
+  // report's build.cache.
+  bool build_against_harness(ProgramSide& side, const request::ProgramSolution& files,
+                             ArtifactCache::Entry& harness, double timeout_s, std::string& output,
+                             double& seconds, json::object& note) {
+    const json::array& steps = side.plan.at("build").as_array();
+    const json::value* keyed = side.plan.if_contains("build_cache");
+    ArtifactCache cache = artifact_cache("program-build");
+    if (keyed == nullptr || !keyed->is_object() || !cache.enabled()) {
+      note["reused"] = false;
+      note["unavailable"] = keyed == nullptr || !keyed->is_object() ? "the plan keys no build cache"
+                                                                    : cache.why_disabled();
+      write_workspace(*side.runner, &files, true, &harness.files);
+      return run_build_steps(side, steps, timeout_s, output, seconds);
+    }
+    const json::object& plan = keyed->as_object();
+    const std::string key(plan.at("key").as_string());
+    note["key"] = key;
+    bool built = false;
+    auto entry =
+        cache.get_or_build(key, [&]() -> std::optional<std::map<std::string, std::string>> {
+          write_workspace(*side.runner, &files, true, &harness.files);
+          built = run_build_steps(side, steps, timeout_s, output, seconds);
+          if (!built)
+            return std::nullopt;
+          std::map<std::string, std::string> outputs{{kKeptBuildOutput, output}};
+          for (const auto& value : plan.at("outputs").as_array()) {
+            const std::string path(value.as_string());
+            std::string why;
+            auto bytes =
+                read_file_beneath(side.runner->directory(), path, kMaxBuildOutputBytes, &why);
+            if (!bytes) {
+              note["not_kept"] = "the build left no " + path + " to keep: " + why;
+              return std::nullopt;
+            }
+            outputs.emplace(path, std::move(*bytes));
+          }
+          return outputs;
+        });
+    note["reused"] = entry && entry->reused;
+    if (!entry || !entry->reused)
+      return built;
+    // What the compiler printed when the build was made (warnings), as a build here would.
+    if (auto kept = entry->files.find(kKeptBuildOutput); kept != entry->files.end()) {
+      output = read_descriptor(kept->second.get(), kMaxBuildOutputBytes);
+      entry->files.erase(kept);
+    }
+    write_workspace(*side.runner, &files, true, &harness.files, &entry->files);
+    side.build["exit_code"] = 0;
+    side.build["timed_out"] = false;
+    return true;
   }
 
   // Both sides build at once where there are two; the harness (shared) first.
@@ -496,10 +579,10 @@ private:
                                                           : json::value(nullptr)}};
       const double timeout_s = number_of(side->plan.at("timeouts").as_object(), "build", 60.0);
       json::object harness_note;
-      std::optional<HarnessCache::Entry> entry;
+      std::optional<ArtifactCache::Entry> entry;
       const json::value* harness = side->plan.if_contains("harness");
       if (harness != nullptr && harness->is_object()) {
-        HarnessCache cache = harness_cache();
+        ArtifactCache cache = artifact_cache("program-harness");
         const std::string key(harness->as_object().at("key").as_string());
         harness_note["key"] = key;
         entry = cache.get_or_build(
@@ -518,11 +601,12 @@ private:
           side->name == "solution" ? program_.solution : *program_.baseline;
       std::string output;
       double seconds = 0;
+      json::object cache_note{{"reused", false}};
       if (entry) {
-        write_workspace(*side->runner, &files, true, &entry->objects);
         side->built =
-            run_build_steps(*side, side->plan.at("build").as_array(), timeout_s, output, seconds);
+            build_against_harness(*side, files, *entry, timeout_s, output, seconds, cache_note);
       } else {
+        cache_note["unavailable"] = "the solution builds with the plain command";
         write_workspace(*side->runner, &files, true);
         side->built = run_build_steps(*side, side->plan.at("build_full").as_array(), timeout_s,
                                       output, seconds);
@@ -530,6 +614,7 @@ private:
       side->build["seconds"] = std::chrono::duration<double>(Clock::now() - started).count();
       side->build["output"] = output;
       side->build["harness"] = std::move(harness_note);
+      side->build["cache"] = std::move(cache_note);
     }
     report_["build"] = solution_.build;
     if (with_baseline)

@@ -84,8 +84,11 @@ json::object files(const json::object& command, protocol::BlockingChannel& chann
     for (const auto& value : from_fds->as_array()) {
       if (!value.is_object())
         throw WireError("files: a from_fds entry is not an object");
+      // A cached build's program must stay runnable; harness objects need not be.
+      const json::value* executable = value.as_object().if_contains("executable");
+      const bool runnable = executable != nullptr && executable->is_bool() && executable->as_bool();
       write_file_beneath(root, detail::string_field(value.as_object(), "path"),
-                         read_all(fds[i++].get()));
+                         read_all(fds[i++].get()), runnable ? 0755 : 0644);
     }
   }
   return {};

@@ -257,6 +257,7 @@ json::object make_plan(const json::object& program, const std::string& which,
     build_full.push_back(shell(build_command));
   plan["build_full"] = build_full;
   plan["harness"] = nullptr;
+  plan["build_cache"] = nullptr; // only with a harness: its key keys the build too
   plan["build"] = build_full;
   const json::value* reuse = program.if_contains("harness_reuse");
   if (build_command.empty()) {
@@ -313,8 +314,25 @@ json::object make_plan(const json::object& program, const std::string& which,
         feed(key, path);
         feed(key, content);
       }
-      build.push_back(step(link_argv(s, linked)));
-      plan["harness"] = json::object{{"key", sha256_hex(key)},
+      const std::vector<std::string> link = link_argv(s, linked);
+      build.push_back(step(link));
+      const std::string harness_key = sha256_hex(key);
+      // The solution's whole build, content-addressed: a solution built before with the same
+      // files (pass@k samples and resubmissions repeat) gets the same program. The key is the
+      // harness's (toolchain, architecture, options, problem files), the solution's files by
+      // path and content, and the link command; the command's one output is what is kept.
+      std::string build_key;
+      feed(build_key, "keval cuda_program build " + std::to_string(kHarnessFormat));
+      feed(build_key, harness_key);
+      for (const auto& [path, content] : solution) {
+        feed(build_key, path);
+        feed(build_key, content);
+      }
+      for (const auto& argument : link)
+        feed(build_key, argument);
+      plan["build_cache"] =
+          json::object{{"key", sha256_hex(build_key)}, {"outputs", json::array{s.output}}};
+      plan["harness"] = json::object{{"key", harness_key},
                                      {"steps", std::move(harness_steps)},
                                      {"objects", std::move(objects)}};
       plan["build"] = std::move(build);

@@ -66,8 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the solutions datapack (not with --baseline)")
     ev.add_argument("--k", type=_k_values, default=[1], metavar="K[,K...]",
                     help="pass@k for these k (default 1)")
-    ev.add_argument("--jobs", type=int, default=4, metavar="N",
-                    help="jobs submitted at once (default 4)")
+    ev.add_argument("--jobs", type=int, default=None, metavar="N",
+                    help="jobs submitted at once (default: as many as the daemon runs at once, "
+                         "its /health max_active; builds run in parallel while GPUs test)")
     ev.add_argument("--daemon", metavar="SOCKET",
                     help="a running keval daemon's Unix socket (default: start one for the run)")
     ev.add_argument("--baseline", action="store_true",

@@ -79,7 +79,7 @@ class EvaluateOptions:
     problems: str
     solutions: Optional[str] = None
     k: Sequence[int] = (1,)
-    jobs: int = 4
+    jobs: Optional[int] = None  # None: as many as the daemon runs at once (/health max_active)
     daemon: Optional[str] = None
     baseline: bool = False
     benchmark: bool = False
@@ -386,6 +386,10 @@ def graded_from_response(job: Job, outcome: Outcome, benchmark: bool) -> Dict[st
     }
     if skip_reason:
         extras["skip_reason"] = skip_reason if isinstance(skip_reason, str) else str(skip_reason)
+    cache = build.get("cache") if isinstance(build.get("cache"), dict) else {}
+    if "reused" in cache:
+        # The program was one an earlier job built from identical files (docs/cuda_program.md).
+        extras["build_reused"] = bool(cache["reused"])
     if outcome.rejected is not None:
         passed = False
         skipped = False
@@ -608,6 +612,7 @@ class _Connection:
         self.log = log
         self.local: Optional[LocalDaemon] = None
         self.socket_path: Optional[str] = None
+        self.max_active: Optional[int] = None  # jobs the daemon runs at once, as /health says
 
     def __enter__(self) -> "_Connection":
         if self.options.daemon:
@@ -637,7 +642,19 @@ class _Connection:
             raise InfrastructureError(f"the keval daemon on {self.socket_path} has no "
                                       f"{KERNEL_TYPE} kernel type (it has: "
                                       f"{', '.join(map(str, plugins)) or 'none'})")
+        jobs = health.get("jobs")
+        if isinstance(jobs, dict) and isinstance(jobs.get("max_active"), int) \
+                and jobs["max_active"] > 0:
+            self.max_active = jobs["max_active"]
         return self
+
+    def jobs_at_once(self, asked: Optional[int]) -> int:
+        """``--jobs`` when given; else enough to keep the daemon's workers busy (builds run in
+        parallel while GPUs test); else ComputeEval's own default, 4, for a daemon that does
+        not say how many it runs."""
+        if asked is not None:
+            return asked
+        return self.max_active if self.max_active is not None else 4
 
     def __exit__(self, *exc) -> None:
         if self.local is not None:
@@ -667,7 +684,7 @@ def evaluate(options: EvaluateOptions, stdout: TextIO = None, stderr: TextIO = N
 
 def _evaluate(options: EvaluateOptions, stdout: TextIO, stderr: TextIO) -> int:
     started = time.monotonic()
-    if options.jobs < 1:
+    if options.jobs is not None and options.jobs < 1:
         raise InputError("--jobs must be at least 1")
     if not options.k or any(k < 1 for k in options.k):
         raise InputError("--k: each k must be a positive integer")
@@ -691,14 +708,15 @@ def _evaluate(options: EvaluateOptions, stdout: TextIO, stderr: TextIO) -> int:
     results: List[Dict[str, Any]] = list(resumed.entries.values())
     interrupted = False
     if todo:
-        stderr.write(f"compute-eval: {len(todo)} solutions of {plan.datapack} to evaluate, "
-                     f"{min(options.jobs, len(todo))} at a time\n")
         try:
             out = open(output, "a", encoding="utf-8")
         except OSError as e:
             raise InputError(f"--output {output}: {e.strerror or e}") from e
         with out, _Connection(options, stderr) as connection:
-            interrupted = _run_jobs(options, todo, connection, out, results, stderr)
+            jobs = connection.jobs_at_once(options.jobs)
+            stderr.write(f"compute-eval: {len(todo)} solutions of {plan.datapack} to evaluate, "
+                         f"{min(jobs, len(todo))} at a time\n")
+            interrupted = _run_jobs(options, jobs, todo, connection, out, results, stderr)
 
     if interrupted:
         stderr.write(f"compute-eval: interrupted; {len(results)} of {len(plan.jobs)} graded "
@@ -756,8 +774,8 @@ def _evaluate(options: EvaluateOptions, stdout: TextIO, stderr: TextIO) -> int:
     return EXIT_OK
 
 
-def _run_jobs(options: EvaluateOptions, todo: List[Job], connection: _Connection, out: TextIO,
-              results: List[Dict[str, Any]], stderr: TextIO) -> bool:
+def _run_jobs(options: EvaluateOptions, jobs: int, todo: List[Job], connection: _Connection,
+              out: TextIO, results: List[Dict[str, Any]], stderr: TextIO) -> bool:
     """Evaluate ``todo``, appending each graded solution to ``out`` as it completes;
     True when interrupted (Ctrl-C)."""
     assert connection.socket_path is not None
@@ -765,7 +783,7 @@ def _run_jobs(options: EvaluateOptions, todo: List[Job], connection: _Connection
                 for job in todo}
     # A synchronous POST answers when the job ends: after its own limit, and at worst after the
     # jobs of ours queued before it on the daemon.
-    http_timeout = max(timeouts.values()) * options.jobs + 300.0
+    http_timeout = max(timeouts.values()) * jobs + 300.0
     client = UnixClient(connection.socket_path, timeout=http_timeout)
     stop = threading.Event()
     pending: "queue.Queue[Job]" = queue.Queue()
@@ -791,7 +809,7 @@ def _run_jobs(options: EvaluateOptions, todo: List[Job], connection: _Connection
 
     # Daemon threads: a Ctrl-C ends the run without waiting for the answers in flight.
     threads = [threading.Thread(target=worker, name=f"compute-eval-{i}", daemon=True)
-               for i in range(min(options.jobs, len(todo)))]
+               for i in range(min(jobs, len(todo)))]
     progress = Progress(len(todo), stderr, tty=options.progress)
     for t in threads:
         t.start()

@@ -9,6 +9,7 @@
 
 #include <gmock/gmock.h>
 
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -87,6 +88,173 @@ TEST_F(ProgramJob, TheHarnessIsBuiltOnceAndReusedWithTheVerdictsOfThePlainComman
   EXPECT_EQ(reused_verdicts, plain_verdicts);
   EXPECT_EQ(reused_verdicts, (std::map<std::string, bool>{
                                  {"pass", true}, {"wrong", false}, {"build_error", false}}));
+}
+
+const json::object& cache_of(const Outcome& o) {
+  return o.program().at("build").at("cache").as_object();
+}
+
+// The kept builds' directory under the test's state directory.
+fs::path build_cache_root(const fs::path& state) {
+  for (const auto& e : fs::recursive_directory_iterator(state))
+    if (e.is_directory() && e.path().filename() == "program-build")
+      return e.path();
+  return {};
+}
+
+// A copy of `request` whose solution has `text` appended to its first file.
+json::object with_appended(json::object request, const std::string& text) {
+  json::object& file =
+      request.at("kernel").at("metadata").at("solution").at("files").as_array().at(0).as_object();
+  file["content"] = std::string(file.at("content").as_string()) + text;
+  return request;
+}
+
+// pass@k samples and resubmissions repeat: a solution whose files were built before runs that
+// program, with the verdict and the compiler output of a build of its own. Another byte, a failed
+// build, the plain command or a damaged entry build afresh.
+TEST_F(ProgramJob, AnIdenticalSolutionRunsTheProgramBuiltBeforeWithTheSameVerdict) {
+  if (!have_nvcc())
+    GTEST_SKIP() << "no nvcc on this machine: nvcc_host_sum's build command needs it";
+  const json::object problem = load_problem("nvcc_host_sum");
+  for (const std::string variant : {"pass", "wrong"}) {
+    const Outcome first = evaluate(program_request(problem, variant));
+    const Outcome again = evaluate(program_request(problem, variant));
+    EXPECT_FALSE(cache_of(first).at("reused").as_bool()) << json::serialize(cache_of(first));
+    EXPECT_TRUE(cache_of(again).at("reused").as_bool()) << json::serialize(cache_of(again));
+    EXPECT_EQ(cache_of(first).at("key"), cache_of(again).at("key"));
+    EXPECT_EQ(first.passed(), variant == "pass") << variant;
+    EXPECT_EQ(again.passed(), first.passed()) << variant;
+    EXPECT_EQ(again.exit_code, first.exit_code) << variant;
+    EXPECT_EQ(again.program().at("build").at("output"), first.program().at("build").at("output"));
+    EXPECT_EQ(again.program().at("test").at("stdout"), first.program().at("test").at("stdout"));
+  }
+
+  // One more byte is another solution: built, not reused.
+  const Outcome changed =
+      evaluate(with_appended(program_request(problem, "pass"), "\n// sample 2\n"));
+  EXPECT_FALSE(cache_of(changed).at("reused").as_bool());
+  EXPECT_TRUE(changed.passed());
+
+  // A failed build is never kept: each attempt compiles and fails with the compiler's output.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const Outcome broken = evaluate(program_request(problem, "build_error"));
+    EXPECT_FALSE(cache_of(broken).at("reused").as_bool()) << attempt;
+    EXPECT_FALSE(broken.body.at("kernel_exec_result").at("compiled").as_bool()) << attempt;
+    EXPECT_THAT(std::string(broken.program().at("build").at("output").as_string()),
+                HasSubstr("error"))
+        << attempt;
+  }
+
+  // The plain command keeps nothing, and says why.
+  const Outcome plain = evaluate(program_request(problem, "pass", {{"harness_reuse", false}}));
+  EXPECT_FALSE(cache_of(plain).at("reused").as_bool());
+  EXPECT_THAT(std::string(cache_of(plain).at("unavailable").as_string()),
+              HasSubstr("plain command"));
+
+  // A damaged entry (every kept file's bytes changed) is found out, rebuilt and replaced.
+  const fs::path root = build_cache_root(state_.path());
+  ASSERT_FALSE(root.empty()) << "no program-build cache under " << state_.path();
+  size_t damaged = 0;
+  for (const auto& e : fs::recursive_directory_iterator(root))
+    if (e.is_regular_file() && e.path().extension() == ".bin") {
+      fs::permissions(e.path(), fs::perms::owner_write, fs::perm_options::add);
+      std::ofstream(e.path(), std::ios::binary | std::ios::trunc) << "damaged";
+      ++damaged;
+    }
+  EXPECT_GT(damaged, 0u);
+  const Outcome rebuilt = evaluate(program_request(problem, "pass"));
+  EXPECT_FALSE(cache_of(rebuilt).at("reused").as_bool());
+  EXPECT_TRUE(rebuilt.passed());
+  const Outcome after = evaluate(program_request(problem, "pass"));
+  EXPECT_TRUE(cache_of(after).at("reused").as_bool());
+  EXPECT_TRUE(after.passed());
+}
+
+// A hostile solution that knows keval's layout tries to overwrite, replace and add to the builds
+// other jobs kept, from its test program. The cache lies in the state directory, which the
+// sandbox's filesystem layer keeps out of reach: the kept build is unchanged and the next
+// identical solution still runs the honest program.
+TEST_F(ProgramJob, ASolutionCannotChangeABuildAnotherJobKept) {
+  if (!have_nvcc())
+    GTEST_SKIP() << "no nvcc on this machine: nvcc_host_sum's build command needs it";
+  const json::object problem = load_problem("nvcc_host_sum");
+  const Outcome victim = evaluate(program_request(problem, "pass"));
+  ASSERT_TRUE(victim.passed());
+  const json::object& layers =
+      victim.body.at("kernel_exec_result").at("metadata").at("sandbox").at("layers").as_object();
+  if (!layers.contains("filesystem") || !layers.at("filesystem").at("active").as_bool())
+    GTEST_SKIP() << "the filesystem layer is not applied here: "
+                 << json::serialize(layers.if_contains("filesystem") != nullptr
+                                        ? layers.at("filesystem")
+                                        : json::value("not reported"));
+  const fs::path root = build_cache_root(state_.path());
+  ASSERT_FALSE(root.empty());
+  std::map<fs::path, std::string> kept;
+  for (const auto& e : fs::recursive_directory_iterator(root))
+    if (e.is_regular_file())
+      kept[e.path()] = read_text(e.path());
+  ASSERT_FALSE(kept.empty());
+
+  const std::string attacker = R"(#include "host_sum.h"
+#include <dirent.h>
+#include <fcntl.h>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void tamper(const std::string& dir) {
+  ::close(::open((dir + "/planted.bin").c_str(), O_CREAT | O_WRONLY, 0644));
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr)
+    return;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..")
+      continue;
+    const std::string path = dir + "/" + name;
+    struct stat st;
+    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      tamper(path);
+      continue;
+    }
+    ::chmod(path.c_str(), 0666);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC);
+    if (fd >= 0) {
+      (void)!::write(fd, "pwned", 5);
+      ::close(fd);
+    }
+    ::rename(path.c_str(), (path + ".moved").c_str());
+  }
+  ::closedir(d);
+}
+
+long long host_sum(const int* values, int n) {
+  tamper(")" + root.string() + R"(");
+  long long total = 0;
+  for (int i = 0; i < n; ++i)
+    total += values[i];
+  return total;
+}
+)";
+  json::object request = program_request(problem, "pass");
+  request.at("kernel")
+      .at("metadata")
+      .at("solution")
+      .at("files")
+      .as_array()
+      .at(0)
+      .as_object()["content"] = attacker;
+  const Outcome attack = evaluate(request);
+  EXPECT_FALSE(cache_of(attack).at("reused").as_bool());
+
+  for (const auto& [path, bytes] : kept)
+    EXPECT_EQ(read_text(path), bytes) << path;
+  for (const auto& e : fs::recursive_directory_iterator(root))
+    EXPECT_EQ(e.path().string().find("planted"), std::string::npos) << e.path();
+  const Outcome again = evaluate(program_request(problem, "pass"));
+  EXPECT_TRUE(cache_of(again).at("reused").as_bool());
+  EXPECT_TRUE(again.passed());
 }
 
 TEST_F(ProgramJob, ACommandThatCannotBeSplitBuildsAsWrittenAndSaysWhy) {

@@ -1,4 +1,4 @@
-#include "worker/program/harness_cache.hpp"
+#include "worker/program/artifact_cache.hpp"
 
 #include "common/beneath.hpp"
 #include "store/detail/blob_store.hpp"
@@ -21,9 +21,9 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr int kFormat = 1;
+constexpr int kFormat = 2; // 2: a manifest lists "files" (harness objects and whole builds)
 constexpr const char* kManifest = "manifest.json";
-constexpr size_t kMaxObjectBytes = 256u << 20;
+constexpr size_t kMaxFileBytes = 256u << 20;
 
 bool is_key(const std::string& key) {
   if (key.size() != 64)
@@ -41,11 +41,11 @@ std::string random_suffix() {
 
 } // namespace
 
-HarnessCache::HarnessCache(fs::path root, std::string why_disabled)
+ArtifactCache::ArtifactCache(fs::path root, std::string why_disabled)
     : root_(std::move(root)), why_disabled_(std::move(why_disabled)) {}
 
-std::optional<HarnessCache::Entry> HarnessCache::open_entry(const fs::path& dir,
-                                                            const std::string& key) const {
+std::optional<ArtifactCache::Entry> ArtifactCache::open_entry(const fs::path& dir,
+                                                              const std::string& key) const {
   std::string why;
   const auto manifest_text = read_file_beneath(dir, kManifest, 1 << 20, &why);
   if (!manifest_text)
@@ -56,16 +56,16 @@ std::optional<HarnessCache::Entry> HarnessCache::open_entry(const fs::path& dir,
       return std::nullopt;
     Entry entry;
     entry.reused = true;
-    for (const auto& value : manifest.at("objects").as_array()) {
+    for (const auto& value : manifest.at("files").as_array()) {
       const json::object& o = value.as_object();
       const std::string file(o.at("file").as_string());
-      const auto bytes = read_file_beneath(dir, file, kMaxObjectBytes, &why);
+      const auto bytes = read_file_beneath(dir, file, kMaxFileBytes, &why);
       if (!bytes || store::detail::sha256_hex(*bytes) != o.at("sha256").as_string())
         return std::nullopt; // damaged: rebuilt and replaced
       UniqueFd fd(::open((dir / file).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
       if (!fd)
         return std::nullopt;
-      entry.objects.emplace(std::string(o.at("path").as_string()), std::move(fd));
+      entry.files.emplace(std::string(o.at("path").as_string()), std::move(fd));
     }
     return entry;
   } catch (const std::exception&) {
@@ -73,14 +73,14 @@ std::optional<HarnessCache::Entry> HarnessCache::open_entry(const fs::path& dir,
   }
 }
 
-void HarnessCache::publish(const fs::path& dir, const std::string& key,
-                           const std::map<std::string, std::string>& objects) const {
+void ArtifactCache::publish(const fs::path& dir, const std::string& key,
+                            const std::map<std::string, std::string>& files) const {
   const fs::path staging = dir.string() + ".tmp-" + random_suffix();
   fs::create_directories(staging);
   json::array listed;
   size_t n = 0;
-  for (const auto& [path, bytes] : objects) {
-    const std::string file = std::to_string(n++) + ".o";
+  for (const auto& [path, bytes] : files) {
+    const std::string file = std::to_string(n++) + ".bin";
     write_file_beneath(staging, file, bytes, 0444);
     listed.push_back(json::object{{"path", path},
                                   {"file", file},
@@ -89,7 +89,7 @@ void HarnessCache::publish(const fs::path& dir, const std::string& key,
   }
   write_file_beneath(staging, kManifest,
                      json::serialize(json::object{
-                         {"format", kFormat}, {"key", key}, {"objects", std::move(listed)}}),
+                         {"format", kFormat}, {"key", key}, {"files", std::move(listed)}}),
                      0444);
   std::error_code ec;
   if (fs::exists(dir, ec)) { // a damaged entry: moved aside, then removed
@@ -100,25 +100,25 @@ void HarnessCache::publish(const fs::path& dir, const std::string& key,
   fs::rename(staging, dir);
 }
 
-std::optional<HarnessCache::Entry> HarnessCache::get_or_build(const std::string& key,
-                                                              const Builder& build) {
+std::optional<ArtifactCache::Entry> ArtifactCache::get_or_build(const std::string& key,
+                                                                const Builder& build) {
   if (!is_key(key))
     throw std::system_error(std::make_error_code(std::errc::invalid_argument),
-                            "harness key is not a SHA-256 in hex");
+                            "cache key is not a SHA-256 in hex");
   if (!enabled()) {
-    auto objects = build();
-    if (!objects)
+    auto files = build();
+    if (!files)
       return std::nullopt;
-    // No cache: the objects go to the solution's workspace from memfd copies.
+    // No cache: the files go to the job's workspace from memfd copies.
     Entry entry;
-    for (const auto& [path, bytes] : *objects) {
-      UniqueFd fd(::memfd_create("keval-harness-object", MFD_CLOEXEC));
+    for (const auto& [path, bytes] : *files) {
+      UniqueFd fd(::memfd_create("keval-built-file", MFD_CLOEXEC));
       if (!fd)
         throw std::system_error(errno, std::generic_category(), "memfd_create");
       if (::write(fd.get(), bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size()))
-        throw std::system_error(errno, std::generic_category(), "writing a harness object");
+        throw std::system_error(errno, std::generic_category(), "writing a built file");
       ::lseek(fd.get(), 0, SEEK_SET);
-      entry.objects.emplace(path, std::move(fd));
+      entry.files.emplace(path, std::move(fd));
     }
     return entry;
   }
@@ -127,16 +127,16 @@ std::optional<HarnessCache::Entry> HarnessCache::get_or_build(const std::string&
   const fs::path dir = shard / key;
   UniqueFd lock(::open((shard / (key + ".lock")).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock)
-    throw std::system_error(errno, std::generic_category(), "cannot open the harness cache lock");
+    throw std::system_error(errno, std::generic_category(), "cannot open a build cache lock");
   while (::flock(lock.get(), LOCK_EX) != 0)
     if (errno != EINTR)
-      throw std::system_error(errno, std::generic_category(), "cannot lock the harness cache");
+      throw std::system_error(errno, std::generic_category(), "cannot lock the build cache");
   if (auto entry = open_entry(dir, key))
     return entry;
-  auto objects = build();
-  if (!objects)
+  auto files = build();
+  if (!files)
     return std::nullopt;
-  publish(dir, key, *objects);
+  publish(dir, key, *files);
   auto entry = open_entry(dir, key);
   if (entry)
     entry->reused = false;
