@@ -55,7 +55,7 @@ protected:
     }
     return o;
   }
-  TempDir state_; // one state directory: the harness cache is shared by the test's jobs
+  TempDir state_; // one state directory: the harness and build caches are shared by its jobs
 };
 
 bool have_nvcc() {
