@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 #include <system_error>
 
 #include <fcntl.h>
@@ -118,6 +119,25 @@ std::optional<std::string> read_file_beneath(const std::filesystem::path& root,
     }
   }
   return content;
+}
+
+std::string read_descriptor(int fd, size_t max_bytes) {
+  std::string content;
+  char buffer[65536];
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd, buffer, sizeof buffer, at);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      throw std::system_error(errno, std::generic_category(), "cannot read a handed-over file");
+    if (n == 0)
+      return content;
+    if (content.size() + static_cast<size_t>(n) > max_bytes)
+      throw std::length_error("a handed-over file is larger than " + std::to_string(max_bytes) +
+                              " bytes");
+    content.append(buffer, static_cast<size_t>(n));
+    at += n;
+  }
 }
 
 } // namespace keval

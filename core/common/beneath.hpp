@@ -23,4 +23,8 @@ std::optional<std::string> read_file_beneath(const std::filesystem::path& root,
                                              std::string_view relative, size_t max_bytes,
                                              std::string* why);
 
+// The bytes behind `fd` from its start (a handed-over file, a cache entry's descriptor). Throws
+// std::system_error when it cannot be read, std::length_error past `max_bytes`.
+std::string read_descriptor(int fd, size_t max_bytes);
+
 } // namespace keval

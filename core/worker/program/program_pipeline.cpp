@@ -22,7 +22,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <regex>
-#include <system_error>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -51,22 +50,6 @@ constexpr size_t kMaxBuildOutputBytes = 256u << 20; // a build kept in the cache
 // workspace).
 constexpr const char* kKeptBuildOutput = ".keval/build-output.txt";
 
-// The bytes behind a cache entry's descriptor, from its start.
-std::string read_descriptor(int fd, size_t max_bytes) {
-  std::string content;
-  char buffer[65536];
-  for (off_t at = 0;;) {
-    const ssize_t n = ::pread(fd, buffer, sizeof buffer, at);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      throw std::system_error(errno, std::generic_category(), "reading a kept build");
-    if (n == 0 || content.size() + static_cast<size_t>(n) > max_bytes)
-      return content;
-    content.append(buffer, static_cast<size_t>(n));
-    at += n;
-  }
-}
 constexpr const char* kKeepFiles[] = {".keval/.keep", ".keval/harness/.keep",
                                       ".keval/solution/.keep"};
 
@@ -519,15 +502,17 @@ private:
   bool build_against_harness(ProgramSide& side, const request::ProgramSolution& files,
                              ArtifactCache::Entry& harness, double timeout_s, std::string& output,
                              double& seconds, json::object& note) {
-    const json::array& steps = side.plan.at("build").as_array();
-    const json::value* keyed = side.plan.if_contains("build_cache");
-    ArtifactCache cache = artifact_cache("program-build");
-    if (keyed == nullptr || !keyed->is_object() || !cache.enabled()) {
-      note["reused"] = false;
-      note["unavailable"] = keyed == nullptr || !keyed->is_object() ? "the plan keys no build cache"
-                                                                    : cache.why_disabled();
+    const auto build_here = [&] {
       write_workspace(*side.runner, &files, true, &harness.files);
-      return run_build_steps(side, steps, timeout_s, output, seconds);
+      return run_build_steps(side, side.plan.at("build").as_array(), timeout_s, output, seconds);
+    };
+    const json::value* keyed = side.plan.if_contains("build_cache");
+    const bool planned = keyed != nullptr && keyed->is_object();
+    ArtifactCache cache = artifact_cache("program-build");
+    if (!planned || !cache.enabled()) {
+      note["reused"] = false;
+      note["unavailable"] = planned ? cache.why_disabled() : "the plan keys no build cache";
+      return build_here();
     }
     const json::object& plan = keyed->as_object();
     const std::string key(plan.at("key").as_string());
@@ -535,8 +520,7 @@ private:
     bool built = false;
     auto entry =
         cache.get_or_build(key, [&]() -> std::optional<std::map<std::string, std::string>> {
-          write_workspace(*side.runner, &files, true, &harness.files);
-          built = run_build_steps(side, steps, timeout_s, output, seconds);
+          built = build_here();
           if (!built)
             return std::nullopt;
           std::map<std::string, std::string> outputs{{kKeptBuildOutput, output}};

@@ -3,7 +3,6 @@
 #include "common/beneath.hpp"
 #include "worker/runner/detail/wire.hpp"
 
-#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
@@ -20,24 +19,6 @@ namespace {
 
 // Harness objects and the like: bounded so that a descriptor cannot make the runner read forever.
 constexpr size_t kMaxFileFromFd = 256u << 20;
-
-std::string read_all(int fd) {
-  std::string content;
-  char buffer[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      throw std::runtime_error(std::string("cannot read a handed-over file: ") +
-                               std::strerror(errno));
-    if (n == 0)
-      return content;
-    content.append(buffer, static_cast<size_t>(n));
-    if (content.size() > kMaxFileFromFd)
-      throw std::runtime_error("a handed-over file is larger than 256 MiB");
-  }
-}
 
 } // namespace
 
@@ -88,7 +69,7 @@ json::object files(const json::object& command, protocol::BlockingChannel& chann
       const json::value* executable = value.as_object().if_contains("executable");
       const bool runnable = executable != nullptr && executable->is_bool() && executable->as_bool();
       write_file_beneath(root, detail::string_field(value.as_object(), "path"),
-                         read_all(fds[i++].get()), runnable ? 0755 : 0644);
+                         read_descriptor(fds[i++].get(), kMaxFileFromFd), runnable ? 0755 : 0644);
     }
   }
   return {};
