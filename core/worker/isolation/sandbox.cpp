@@ -7,6 +7,7 @@
 #include "worker/isolation/detail/seccomp.hpp"
 #include "worker/isolation/isolation.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -433,10 +434,43 @@ std::vector<std::string> missing_layers(const json::object& report) {
   return lines;
 }
 
+namespace {
+
+// Moves `fd` to the highest free descriptor below the soft RLIMIT_NOFILE, close-on-exec, and
+// closes it. Lowest-free allocation reaches that number only in a process that holds every other
+// one, so user code and the tools it starts (which inherit the limit and the channel guard) never
+// meet it. Returns the new descriptor, or -1 with `error` set.
+int move_to_top(int fd, std::string& error) {
+  struct rlimit files {};
+  if (::getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY ||
+      files.rlim_cur < 16) {
+    error = "no usable RLIMIT_NOFILE to place the channel under";
+    return -1;
+  }
+  const int top = static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20)) - 1;
+  for (int target = top; target > top - 16; --target) {
+    if (target == fd)
+      return fd;
+    if (::fcntl(target, F_GETFD) != -1 || errno != EBADF)
+      continue; // in use
+    if (::dup3(fd, target, O_CLOEXEC) != target) {
+      error = errno_text("dup3 of the channel to descriptor " + std::to_string(target));
+      return -1;
+    }
+    ::close(fd);
+    return target;
+  }
+  error =
+      "descriptors " + std::to_string(top - 15) + " to " + std::to_string(top) + " are all in use";
+  return -1;
+}
+
+} // namespace
+
 // -------------------------------------------------------------------------------------------
 // Runner
 
-json::object apply_sandbox(const SandboxPolicy& policy) {
+json::object apply_sandbox(const SandboxPolicy& policy, int* channel_fd) {
   Report report;
   const size_t threads = thread_count();
   const bool off = policy.mode == SandboxMode::off;
@@ -543,9 +577,25 @@ json::object apply_sandbox(const SandboxPolicy& policy) {
              privileged_ok ? "no_new_privs, no capabilities, not dumpable"
                            : json::serialize(privileges.at("errors")));
 
+  // Last of all, in every mode (the guard denies seccomp() itself), once the descriptor limit is
+  // final.
+  const auto guard_channel = [&] {
+    if (channel_fd == nullptr)
+      return;
+    std::string error;
+    const int moved = move_to_top(*channel_fd, error);
+    if (moved < 0) {
+      report.add("channel", false, error);
+      return;
+    }
+    *channel_fd = moved;
+    const detail::SeccompLayer guard = detail::install_channel_guard(moved);
+    report.add("channel", guard.active, guard.detail);
+  };
   if (off) {
     for (const char* name : {"filesystem", "tcp", "signals", "seccomp"})
       report.add(name, false, off_reason);
+    guard_channel();
     return report.finish(policy.mode);
   }
   detail::LandlockRequest landlock;
@@ -584,6 +634,7 @@ json::object apply_sandbox(const SandboxPolicy& policy) {
   }
   const detail::SeccompLayer seccomp = detail::install_seccomp_filter();
   report.add("seccomp", seccomp.active, seccomp.detail);
+  guard_channel();
   return report.finish(policy.mode);
 }
 

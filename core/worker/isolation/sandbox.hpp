@@ -15,6 +15,7 @@
 //                denied where the kernel's Landlock ABI allows
 //   seccomp      ptrace, process_vm_*, kexec, bpf, perf_event_open, mount-like and namespace
 //                calls, non-Unix sockets denied
+//   channel      a runner's channel to the trusted worker stays where keval put it (every mode)
 //   environment  an allow-list (sandbox_environment), HOME/TMPDIR/caches in its own directory
 //   directory    its working directory is its own directory
 #pragma once
@@ -61,8 +62,14 @@ std::vector<std::string> missing_layers(const boost::json::object& report);
 
 // Applies every layer of `policy` to the calling process, which must still be single-threaded
 // (Landlock and namespaces apply to the calling thread; threads started later inherit them).
-// Returns the report: {"mode", "layers": {name: {"active", "detail"}}, "skipped": {name: why}}.
-boost::json::object apply_sandbox(const protocol::SandboxPolicy& policy);
+// A runner passes its channel to the trusted worker in `channel_fd`: the "channel" layer, applied
+// in every mode as "privileges" is (both keep the verdict and the timings out of user code's
+// reach), moves it to the highest descriptor the process may hold (close-on-exec; `*channel_fd`
+// is updated), far from the numbers user code and its tools use, and keeps it there
+// (detail::install_channel_guard), so that user code cannot put itself between the runner and
+// the trusted worker. Returns the report: {"mode", "layers": {name: {"active", "detail"}},
+// "skipped": {name: why}}.
+boost::json::object apply_sandbox(const protocol::SandboxPolicy& policy, int* channel_fd = nullptr);
 
 // RLIMIT_CPU for the rest of the runner's life: `seconds` of CPU time (all its threads
 // together), then SIGXCPU, then SIGKILL. Lowering only; returns the limit set.

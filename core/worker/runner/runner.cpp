@@ -605,8 +605,9 @@ int run_runner(int channel_fd, const std::vector<std::string>& prewarm,
   try {
     // First, while this process has one thread: nothing of a plugin has run yet.
     json::object hello;
-    hello["isolation"] = isolation::apply_sandbox(sandbox);
-    Runner runner(channel_fd);
+    int channel = channel_fd;
+    hello["isolation"] = isolation::apply_sandbox(sandbox, &channel);
+    Runner runner(channel);
     runner.prewarm(prewarm, hello);
     runner.hello(std::move(hello));
     runner.serve();

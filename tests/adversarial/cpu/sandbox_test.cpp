@@ -148,7 +148,7 @@ TEST_F(Sandbox, EveryLayerIsReportedActiveOrSkippedWithItsReason) {
   EXPECT_EQ(sandbox.at("mode").as_string(), "standard");
   for (const char* layer :
        {"memory", "processes", "files", "network", "user", "privileges", "filesystem", "tcp",
-        "signals", "seccomp", "environment", "directory"}) {
+        "signals", "seccomp", "channel", "environment", "directory"}) {
     std::string why;
     const bool on = active(layer, &why);
     EXPECT_FALSE(why.empty()) << layer << ": no detail";
@@ -157,6 +157,7 @@ TEST_F(Sandbox, EveryLayerIsReportedActiveOrSkippedWithItsReason) {
     }
   }
   EXPECT_TRUE(active("privileges")) << "never skipped: it keeps the verdict out of reach";
+  EXPECT_TRUE(active("channel")) << "never skipped: it keeps the timings out of reach";
   EXPECT_TRUE(sandbox.contains("ref")) << "the reference's sandbox is reported beside it";
 }
 
@@ -355,6 +356,11 @@ TEST_F(Sandbox, OffSaysSoInTheResult) {
   ASSERT_FALSE(sandbox.empty()) << describe(run);
   EXPECT_EQ(sandbox.at("mode").as_string(), "off");
   EXPECT_TRUE(sandbox.contains("warning"));
+  // What keeps the verdict and the timings out of user code's reach holds in every mode.
+  const json::object& layers = sandbox.at("layers").as_object();
+  for (const char* layer : {"privileges", "channel"})
+    EXPECT_TRUE(layers.at(layer).as_object().at("active").as_bool())
+        << layer << ": " << shown(layers.at(layer));
 }
 
 TEST_F(Sandbox, ABadJobUserIsAUsageErrorAndRunsNothing) {

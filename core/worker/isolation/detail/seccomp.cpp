@@ -6,10 +6,12 @@
 #include <cstring>
 #include <vector>
 
+#include <fcntl.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -98,12 +100,15 @@ sock_filter jump(uint16_t code, uint32_t k, uint8_t jt, uint8_t jf) {
 }
 
 constexpr uint32_t kAllow = SECCOMP_RET_ALLOW;
+// prctl's option for syscall user dispatch (Linux 5.11); older headers lack the name.
+constexpr uint32_t kPrSetSyscallUserDispatch = 59;
 constexpr uint32_t errno_ret(int e) {
   return SECCOMP_RET_ERRNO | (static_cast<uint32_t>(e) & SECCOMP_RET_DATA);
 }
 
 #ifndef KEVAL_NO_SECCOMP_ARCH
-std::vector<sock_filter> build_program() {
+// Every filter starts so: the architecture checked, the call's number loaded.
+std::vector<sock_filter> program_prologue() {
   std::vector<sock_filter> p;
   // A call made through another ABI (int 0x80 from x86-64) would be read with the wrong numbers:
   // the process is killed instead.
@@ -116,6 +121,18 @@ std::vector<sock_filter> build_program() {
   p.push_back(jump(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1));
   p.push_back(stmt(BPF_RET | BPF_K, errno_ret(EPERM)));
 #endif
+  return p;
+}
+
+// The low 32 bits of argument `i` (descriptors and fcntl/prctl commands are ints; x86-64 and
+// arm64 are little-endian).
+sock_filter load_arg(int i) {
+  return stmt(BPF_LD | BPF_W | BPF_ABS,
+              static_cast<uint32_t>(offsetof(seccomp_data, args) + i * sizeof(uint64_t)));
+}
+
+std::vector<sock_filter> build_program() {
+  std::vector<sock_filter> p = program_prologue();
   for (long nr : kDenied) {
     p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1));
     p.push_back(stmt(BPF_RET | BPF_K, errno_ret(EPERM)));
@@ -139,6 +156,68 @@ std::vector<sock_filter> build_program() {
   p.push_back(stmt(BPF_RET | BPF_K, kAllow));
   return p;
 }
+
+// Each block below starts with the call's number still in the accumulator: a call that is not
+// the block's skips it whole; one that is ends in the block, allowed or denied.
+std::vector<sock_filter> build_channel_guard(uint32_t fd) {
+  const uint32_t deny = errno_ret(EPERM);
+  std::vector<sock_filter> p = program_prologue();
+  // close(fd), and dup2/dup3 onto it (the new descriptor is the second argument).
+  const auto argument_is_fd = [&](long nr, int arg) {
+    p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 4));
+    p.push_back(load_arg(arg));
+    p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, fd, 0, 1));
+    p.push_back(stmt(BPF_RET | BPF_K, deny));
+    p.push_back(stmt(BPF_RET | BPF_K, kAllow));
+  };
+  argument_is_fd(SYS_close, 0);
+#ifdef SYS_dup2
+  argument_is_fd(SYS_dup2, 1);
+#endif
+  argument_is_fd(SYS_dup3, 1);
+  // fcntl(fd, F_SETFD, ...): clearing close-on-exec would hand the channel to a program of the
+  // kernel's choosing that replaced this one.
+  p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_fcntl, 0, 6));
+  p.push_back(load_arg(0));
+  p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, fd, 0, 3));
+  p.push_back(load_arg(1));
+  p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, F_SETFD, 0, 1));
+  p.push_back(stmt(BPF_RET | BPF_K, deny));
+  p.push_back(stmt(BPF_RET | BPF_K, kAllow));
+#ifdef SYS_close_range
+  // close_range(first, last, flags) with first <= fd <= last (unsigned, as the kernel reads them).
+  p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_close_range, 0, 6));
+  p.push_back(load_arg(0));
+  p.push_back(jump(BPF_JMP | BPF_JGT | BPF_K, fd, 3, 0));
+  p.push_back(load_arg(1));
+  p.push_back(jump(BPF_JMP | BPF_JGE | BPF_K, fd, 0, 1));
+  p.push_back(stmt(BPF_RET | BPF_K, deny));
+  p.push_back(stmt(BPF_RET | BPF_K, kAllow));
+#endif
+  // No later filter (SECCOMP_RET_USER_NOTIF, TRAP or ERRNO on the runner's own sendmsg) and no
+  // syscall user dispatch (SIGSYS for every call made outside a chosen code range).
+  p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_seccomp, 0, 1));
+  p.push_back(stmt(BPF_RET | BPF_K, deny));
+  p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_prctl, 0, 5));
+  p.push_back(load_arg(0));
+  p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, PR_SET_SECCOMP, 2, 0));
+  p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, kPrSetSyscallUserDispatch, 1, 0));
+  p.push_back(stmt(BPF_RET | BPF_K, kAllow));
+  p.push_back(stmt(BPF_RET | BPF_K, deny));
+  p.push_back(stmt(BPF_RET | BPF_K, kAllow));
+  return p;
+}
+
+SeccompLayer install(std::vector<sock_filter> program) {
+  SeccompLayer out;
+  sock_fprog prog{static_cast<unsigned short>(program.size()), program.data()};
+  if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) != 0) {
+    out.detail = std::string("seccomp(SECCOMP_SET_MODE_FILTER): ") + std::strerror(errno);
+    return out;
+  }
+  out.active = true;
+  return out;
+}
 #endif
 
 } // namespace
@@ -149,16 +228,33 @@ SeccompLayer install_seccomp_filter() {
   out.detail = "no seccomp filter is written for this CPU architecture";
   return out;
 #else
-  std::vector<sock_filter> program = build_program();
-  sock_fprog prog{static_cast<unsigned short>(program.size()), program.data()};
-  if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) != 0) {
-    out.detail = std::string("seccomp(SECCOMP_SET_MODE_FILTER): ") + std::strerror(errno);
+  out = install(build_program());
+  if (!out.active)
     return out;
-  }
-  out.active = true;
   out.detail = "denies ptrace, process_vm_readv/writev, kexec, modules, bpf, perf_event_open, "
                "mount and namespace calls, io_uring, keyctl, clock and reboot calls (EPERM); "
                "socket families other than AF_UNIX (EAFNOSUPPORT)";
+  return out;
+#endif
+}
+
+SeccompLayer install_channel_guard(int channel_fd) {
+  SeccompLayer out;
+#ifdef KEVAL_NO_SECCOMP_ARCH
+  (void)channel_fd;
+  out.detail = "no seccomp filter is written for this CPU architecture";
+  return out;
+#else
+  if (channel_fd < 0) {
+    out.detail = "no channel descriptor to guard";
+    return out;
+  }
+  out = install(build_channel_guard(static_cast<uint32_t>(channel_fd)));
+  if (!out.active)
+    return out;
+  out.detail = "descriptor " + std::to_string(channel_fd) +
+               " (close-on-exec) cannot be closed, replaced or made inheritable; no seccomp "
+               "filter or syscall user dispatch can be added (EPERM)";
   return out;
 #endif
 }
