@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -194,7 +195,7 @@ TEST_F(ChannelGuard, EveryOtherDescriptorIsUserCodesToManage) {
             "");
 }
 
-TEST_F(ChannelGuard, NoFilterOrSyscallDispatchCanBeAddedToInterceptTheRunner) {
+TEST_F(ChannelGuard, NoFilterDispatchOrTracerCanInterceptTheRunner) {
   EXPECT_EQ(in_child([](Guarded&) -> std::string {
               uint32_t action = SECCOMP_RET_ALLOW;
               for (const std::string& failure :
@@ -204,6 +205,7 @@ TEST_F(ChannelGuard, NoFilterOrSyscallDispatchCanBeAddedToInterceptTheRunner) {
                            ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT, 0, 0, 0)),
                     denied("prctl(PR_SET_SYSCALL_USER_DISPATCH, off)",
                            ::prctl(kPrSetSyscallUserDispatch, 0, 0, 0, 0)),
+                    denied("ptrace(PTRACE_TRACEME)", ::ptrace(PTRACE_TRACEME, 0, nullptr, nullptr)),
                     allowed("prctl(PR_GET_DUMPABLE)", ::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0))})
                 if (!failure.empty())
                   return failure;

@@ -194,10 +194,14 @@ std::vector<sock_filter> build_channel_guard(uint32_t fd) {
   p.push_back(stmt(BPF_RET | BPF_K, deny));
   p.push_back(stmt(BPF_RET | BPF_K, kAllow));
 #endif
-  // No later filter (SECCOMP_RET_USER_NOTIF, TRAP or ERRNO on the runner's own sendmsg) and no
-  // syscall user dispatch (SIGSYS for every call made outside a chosen code range).
-  p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_seccomp, 0, 1));
-  p.push_back(stmt(BPF_RET | BPF_K, deny));
+  // No later filter (SECCOMP_RET_USER_NOTIF, TRAP or ERRNO on the runner's own sendmsg), no
+  // syscall user dispatch (SIGSYS for every call made outside a chosen code range) and no ptrace
+  // (a child the runner allowed with PR_SET_PTRACER could stop it at each call): also with the
+  // sandbox off, where the first filter is not installed.
+  for (long nr : {SYS_seccomp, SYS_ptrace}) {
+    p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1));
+    p.push_back(stmt(BPF_RET | BPF_K, deny));
+  }
   p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_prctl, 0, 5));
   p.push_back(load_arg(0));
   p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, PR_SET_SECCOMP, 2, 0));
@@ -254,7 +258,7 @@ SeccompLayer install_channel_guard(int channel_fd) {
     return out;
   out.detail = "descriptor " + std::to_string(channel_fd) +
                " (close-on-exec) cannot be closed, replaced or made inheritable; no seccomp "
-               "filter or syscall user dispatch can be added (EPERM)";
+               "filter, syscall user dispatch or ptrace can intercept the runner (EPERM)";
   return out;
 #endif
 }

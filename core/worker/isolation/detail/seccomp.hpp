@@ -16,10 +16,10 @@ SeccompLayer install_seccomp_filter();
 
 // A second filter that keeps the runner's channel to the trusted worker (descriptor
 // `channel_fd`) where keval's own code left it: it cannot be closed, replaced (dup2, dup3,
-// close_range over it) or made inheritable across exec (fcntl F_SETFD), and no filter or
-// syscall user dispatch can be installed after it (either could intercept the runner's own
-// reads and writes of the channel and answer them). Each fails with EPERM. Installed last: it
-// denies seccomp() itself. Needs no_new_privs; applies to every thread (TSYNC).
+// close_range over it) or made inheritable across exec (fcntl F_SETFD), and no filter, syscall
+// user dispatch or ptrace can intercept the runner's own reads and writes of the channel and
+// answer them. Each fails with EPERM. Installed last: it denies seccomp() itself. Needs
+// no_new_privs; applies to every thread (TSYNC).
 SeccompLayer install_channel_guard(int channel_fd);
 
 } // namespace keval::worker::isolation::detail
