@@ -259,6 +259,7 @@ void tag_invoke(json::value_from_tag, json::value& v, const ProfileReport& r) {
   put(o, "ref", r.ref);
   put(o, "custom", r.custom);
   put(o, "speedup", r.speedup);
+  put(o, "speedup_floor", r.speedup_floor);
   put(o, "error", r.error);
   if (!r.failed_side.empty())
     o["failed_side"] = r.failed_side;
@@ -284,6 +285,7 @@ ProfileReport tag_invoke(json::value_to_tag<ProfileReport>, const json::value& v
   r.ref = optional_at<SideTiming>(o, "ref");
   r.custom = optional_at<SideTiming>(o, "custom");
   r.speedup = optional_at<double>(o, "speedup");
+  r.speedup_floor = optional_at<double>(o, "speedup_floor");
   r.error = optional_at<ErrorInfo>(o, "error");
   r.failed_side = optional_string(o, "failed_side");
   r.flags = array_or_empty(o, "flags");

@@ -108,6 +108,9 @@ struct ProfileReport {
   std::optional<SideTiming> ref;
   std::optional<SideTiming> custom;
   std::optional<double> speedup; // ref median / custom median
+  // ref median / the candidate's median wall time per sample, measured by the trusted worker
+  // outside the candidate's process (sampling.wall_ms): a speedup the candidate cannot raise.
+  std::optional<double> speedup_floor;
   std::optional<ErrorInfo> error;
   std::string failed_side;
   // What a verdict cannot say, reported beside it (excessive_speedup, constant_output), each

@@ -193,6 +193,13 @@ std::string summarize(const json::object& body, const SummaryOptions& options) {
     char buf[48];
     std::snprintf(buf, sizeof buf, "  speedup %.2fx", speedup->to_number<double>());
     out << buf;
+    // What the wall times keval measured outside the candidate's process guarantee.
+    const json::object* profiling =
+        metadata != nullptr ? object_at(*metadata, "profiling") : nullptr;
+    if (const json::value* floor = profiling ? number_at(*profiling, "speedup_floor") : nullptr) {
+      std::snprintf(buf, sizeof buf, " (at least %.2fx)", floor->to_number<double>());
+      out << buf;
+    }
   }
   out << "\n";
   if (!excerpt.empty())

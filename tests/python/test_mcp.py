@@ -438,6 +438,23 @@ def test_summary_paths_and_excerpts():
     assert "runtime_ms" not in wrong
 
 
+def test_summary_carries_the_speedup_floor_from_keval_s_own_wall_times():
+    from keval.mcp.summary import summarize_response
+
+    response = {"status": "success", "speedup": 1.734,
+                "ref_runtime": {"median": 0.0209},
+                "kernel_exec_result": {"compiled": True, "correctness": True,
+                                       "runtime_stats": {"median": 0.0121},
+                                       "metadata": {"profiling": {"speedup_floor": 0.912}}}}
+    summary = summarize_response(response, "compare")
+    assert summary["speedup_floor"] == 0.912
+    assert "speedup 1.73x" in summary["headline"]
+    assert "at least 0.912x" in summary["headline"]
+    del response["kernel_exec_result"]["metadata"]["profiling"]["speedup_floor"]
+    summary = summarize_response(response, "compare")
+    assert "speedup_floor" not in summary and "at least" not in summary["headline"]
+
+
 def test_summary_cuts_device_metrics_to_what_an_agent_acts_on():
     from keval.mcp.summary import summarize_response
 

@@ -1092,12 +1092,18 @@ private:
     DeviceWorkInventory work{};
     int64_t samples_with_outside_work = 0;
     double outside_ms = 0;
+    std::vector<double> walls{}; // each sample's SampleRun::wall_ms
   };
 
   // One timed run: its time (the outside work its trace showed added), what it did on the
   // device, and private copies of its outputs (taken after the timed region).
   struct SampleRun {
     double ms = 0;
+    // Measured here, outside the side's process: from the request to the copy of its outputs.
+    // The run's work happened inside it (its inputs were new, its outputs are checked), so no
+    // process of user code can make it shorter than that work; the channel's round trip and the
+    // copies make it longer than `ms`.
+    double wall_ms = 0;
     std::optional<SampleActivity> activity;
     Launched launched;
   };
@@ -1154,6 +1160,7 @@ private:
           const uint64_t budget = &t == ref_timed ? kUnlimited : custom_output_budget_;
           SampleRun run = sample(t, budget);
           t.samples.push_back(run.ms);
+          t.walls.push_back(run.wall_ms);
           t.noise.add(run.ms);
           if (run.activity) {
             t.kernel_samples.push_back(run.activity->busy_ms);
@@ -1228,6 +1235,7 @@ private:
     }
     if (report.ref && report.custom && report.custom->median > 0)
       report.speedup = report.ref->median / report.custom->median;
+    report_walls(timed, report);
     for (const auto& t : timed)
       if (t.matched_other_side)
         report.sampling["method_note"] =
@@ -1257,6 +1265,28 @@ private:
                json::object{{"speedup", *report.speedup},
                             {"threshold", request_.excessive_speedup_threshold}}));
     send_phase(protocol::Phase::profiled, json::value_from(report));
+  }
+
+  // The times a runner reports are measured in a process that runs user code, which could patch
+  // that process's own memory to report less. Beside them: each side's wall time per sample as
+  // the trusted worker measured it (SampleRun::wall_ms), and the speedup it bounds from below,
+  // the reference's median over the candidate's median wall time, which no candidate can raise.
+  void report_walls(const std::vector<Timed>& timed, protocol::ProfileReport& report) {
+    json::object walls;
+    for (const auto& t : timed) {
+      const tensor::RuntimeStats stats = tensor::compute_stats(t.walls);
+      walls[t.side->name] = json::object{
+          {"median", stats.median}, {"min", stats.min}, {"percentile_95", stats.percentile_95}};
+    }
+    report.sampling["wall_ms"] = std::move(walls);
+    for (const auto& t : timed)
+      if (t.side->name != "ref" && report.ref && !t.walls.empty()) {
+        // Never above the speedup: a sample whose trace added work past the reply (its time
+        // then exceeds the wall) already lowered that.
+        const double custom_wall = tensor::compute_stats(t.walls).median;
+        if (custom_wall > 0 && report.speedup)
+          report.speedup_floor = std::min(*report.speedup, report.ref->median / custom_wall);
+      }
   }
 
   // The NVTX range a side's launches run in, as the V2 server names them, so that an external
@@ -1467,6 +1497,7 @@ private:
     for (const auto& copy : run.launched.copies)
       run.launched.outputs.push_back(&copy->dl());
     spent_.outputs += ms_since(copying);
+    run.wall_ms = ms_since(start);
     return run;
   }
 

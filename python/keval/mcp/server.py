@@ -70,6 +70,10 @@ class JobSummary(BaseModel):
     compiled: Optional[bool] = None
     correctness: Optional[bool] = None
     speedup: Optional[float] = Field(None, description="reference median / candidate median")
+    speedup_floor: Optional[float] = Field(
+        None, description="reference median / the candidate's median wall time, measured by keval "
+                          "outside the candidate's process: a speedup the candidate cannot have "
+                          "inflated (below the speedup by the channel's round trip)")
     runtime_ms: Optional[RuntimeStats] = None
     ref_runtime_ms: Optional[RuntimeStats] = None
     flags: List[FlagSummary] = Field(default_factory=list)

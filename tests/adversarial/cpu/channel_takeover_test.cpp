@@ -15,6 +15,29 @@ using ChannelTakeover = TorchAttack;
 // An honest ReLU against the same ReLU: far from the million a working relay reports.
 constexpr double kNoForgedSpeedup = 50.0;
 
+// Beside each side's times, the wall time keval measured around every sample from outside its
+// process: never shorter than what the side's process reported, and the speedup floor it gives
+// (the reference's median over the candidate's median wall) is positive and never above the
+// speedup.
+void expect_walls_bound_the_times(const json::object& body) {
+  const json::object& metadata = exec_result(body).at("metadata").as_object();
+  const json::object& profiling = metadata.at("profiling").as_object();
+  const json::object& walls = profiling.at("sampling").as_object().at("wall_ms").as_object();
+  const auto wall_median = [&](const char* side) {
+    return number_at(walls.at(side).as_object(), "median").value_or(-1);
+  };
+  const auto reported = number_at(exec_result(body).at("runtime_stats").as_object(), "median");
+  const auto ref_reported = number_at(body.at("ref_runtime").as_object(), "median");
+  ASSERT_TRUE(reported && ref_reported) << shown(body);
+  EXPECT_GE(wall_median("custom"), *reported) << shown(walls);
+  EXPECT_GE(wall_median("ref"), *ref_reported) << shown(walls);
+  const auto floor = number_at(profiling, "speedup_floor");
+  ASSERT_TRUE(floor.has_value()) << shown(profiling);
+  EXPECT_GT(*floor, 0);
+  EXPECT_LE(*floor, speedup(body).value_or(0));
+  EXPECT_DOUBLE_EQ(*floor, *ref_reported / wall_median("custom"));
+}
+
 void expect_takeover_refused(const CliRun& run, const std::string& mode) {
   ASSERT_FALSE(run.body.empty()) << describe(run);
   EXPECT_EQ(run.exit_code, 0) << describe(run);
@@ -27,6 +50,7 @@ void expect_takeover_refused(const CliRun& run, const std::string& mode) {
   ASSERT_TRUE(s.has_value()) << describe(run);
   EXPECT_LT(*s, kNoForgedSpeedup) << "a relayed time reached the result: " << describe(run);
   EXPECT_EQ(flag_named(run.body, "excessive_speedup"), nullptr) << describe(run);
+  expect_walls_bound_the_times(run.body);
 }
 
 TEST_F(ChannelTakeover, Dup2OntoTheChannelIsRefusedAndNoTimeIsRewritten) {

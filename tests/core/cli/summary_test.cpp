@@ -44,6 +44,14 @@ TEST(Summary, CorrectCompareShowsSpeedupBothSidesMethodsFlagsAndWhereTheResultIs
   EXPECT_FALSE(has(s, "\x1b[")) << "no colour unless asked";
 }
 
+TEST(Summary, TheSpeedupFloorFromTheTrustedWallTimesFollowsTheSpeedup) {
+  const auto body = parse(R"({"job_id": "j1", "status": "success", "speedup": 1.734,
+    "kernel_exec_result": {"compiled": true, "correctness": true,
+      "metadata": {"profiling": {"speedup": 1.734, "speedup_floor": 0.912}}}})");
+  const std::string s = summarize(body, {"", false});
+  EXPECT_TRUE(has(s, "CORRECT  speedup 1.73x (at least 0.91x)\n")) << s;
+}
+
 TEST(Summary, ColourOnlyWhenAsked) {
   const auto body = parse(R"({"job_id": "j", "status": "success",
     "kernel_exec_result": {"compiled": true, "correctness": true}})");

@@ -38,10 +38,14 @@ TEST(JobContract, ReportsRoundTripThroughJson) {
   profiled.ref = SideTiming{2, 0.1, 1.9, 2.2, 2, 2.1, 2.2, 100, "cuda_graph", 4};
   profiled.custom = SideTiming{1, 0.1, 0.9, 1.2, 1, 1.1, 1.2, 100, "cuda_graph", 3};
   profiled.speedup = 2.0;
+  profiled.speedup_floor = 1.5;
   const ProfileReport p = json::value_to<ProfileReport>(json::value_from(profiled));
   EXPECT_EQ(p.custom->count, 100);
   EXPECT_EQ(p.ref->warmup_runs, 4);
   EXPECT_DOUBLE_EQ(*p.speedup, 2.0);
+  EXPECT_DOUBLE_EQ(*p.speedup_floor, 1.5);
+  profiled.speedup_floor.reset();
+  EXPECT_FALSE(json::value_from(profiled).as_object().contains("speedup_floor"));
 
   ValidationReport failed;
   failed.error = ErrorInfo{"mismatch", "trial 0: output 0: 3 of 4 elements differ", ""};
