@@ -77,5 +77,18 @@ TEST_F(ChannelTakeover, TheGuardHoldsWithTheSandboxOff) {
   expect_takeover_refused(run, "dup2");
 }
 
+// The guard follows the runner's descendants, which may use any descriptor but the channel's:
+// subprocess with close_fds, a shell redirecting descriptor 3, closerange over everything and a
+// fork pool run as they would anywhere.
+TEST_F(ChannelTakeover, AnHonestKernelStartsProcessesAsItWouldAnywhere) {
+  TempDir tmp;
+  const auto run = run_cli(relu_compare(source("honest_subprocesses.py"), unique_id("subprocs")),
+                           tmp.path() / "state");
+  ASSERT_FALSE(run.body.empty()) << describe(run);
+  EXPECT_EQ(run.exit_code, 0) << describe(run);
+  EXPECT_TRUE(correctness(run.body)) << describe(run);
+  EXPECT_EQ(marker_lines(json::value(run.body), "KEVAL_SUBPROCESSES ").size(), 1u) << describe(run);
+}
+
 } // namespace
 } // namespace keval::test::adversarial
