@@ -53,28 +53,24 @@ void expect_takeover_refused(const CliRun& run, const std::string& mode) {
   expect_walls_bound_the_times(run.body);
 }
 
-TEST_F(ChannelTakeover, Dup2OntoTheChannelIsRefusedAndNoTimeIsRewritten) {
+// The relaying candidate, taking the channel over by `mode`, run through the CLI.
+CliRun run_takeover(const std::string& mode, const std::vector<std::string>& keval_args = {}) {
   TempDir tmp;
-  const auto run = run_cli(relu_compare(source("channel_mitm_timing.py", {{"MODE", "dup2"}}),
-                                        unique_id("takeover-dup2")),
-                           tmp.path() / "state");
-  expect_takeover_refused(run, "dup2");
+  return run_cli(relu_compare(source("channel_mitm_timing.py", {{"MODE", mode}}),
+                              unique_id("takeover-" + mode)),
+                 tmp.path() / "state", keval_args);
+}
+
+TEST_F(ChannelTakeover, Dup2OntoTheChannelIsRefusedAndNoTimeIsRewritten) {
+  expect_takeover_refused(run_takeover("dup2"), "dup2");
 }
 
 TEST_F(ChannelTakeover, ClosingTheChannelToReuseItsNumberIsRefused) {
-  TempDir tmp;
-  const auto run = run_cli(relu_compare(source("channel_mitm_timing.py", {{"MODE", "close"}}),
-                                        unique_id("takeover-close")),
-                           tmp.path() / "state");
-  expect_takeover_refused(run, "close");
+  expect_takeover_refused(run_takeover("close"), "close");
 }
 
 TEST_F(ChannelTakeover, TheGuardHoldsWithTheSandboxOff) {
-  TempDir tmp;
-  const auto run = run_cli(
-      relu_compare(source("channel_mitm_timing.py", {{"MODE", "dup2"}}), unique_id("takeover-off")),
-      tmp.path() / "state", {"--sandbox", "off"});
-  expect_takeover_refused(run, "dup2");
+  expect_takeover_refused(run_takeover("dup2", {"--sandbox", "off"}), "dup2");
 }
 
 // The guard follows the runner's descendants, which may use any descriptor but the channel's:

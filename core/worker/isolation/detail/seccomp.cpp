@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -170,6 +171,28 @@ std::vector<sock_filter> build_channel_guard(uint32_t fd) {
     p.push_back(stmt(BPF_RET | BPF_K, deny));
     p.push_back(stmt(BPF_RET | BPF_K, kAllow));
   };
+  // Calls `nr` for which both conditions on its arguments hold: `holds` says whether a condition
+  // holds when its comparison is true or when it is false.
+  struct Condition {
+    int arg;
+    uint16_t comparison; // BPF_JEQ, BPF_JGT, BPF_JGE
+    uint32_t value;
+    bool holds;
+  };
+  const auto deny_when_both = [&](long nr, Condition first, Condition second) {
+    const auto branch = [](bool holds, uint8_t skip) {
+      return std::pair<uint8_t, uint8_t>{holds ? 0 : skip, holds ? skip : 0};
+    };
+    p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 6));
+    p.push_back(load_arg(first.arg));
+    const auto [t1, f1] = branch(first.holds, 3); // on to the second, else allowed
+    p.push_back(jump(BPF_JMP | first.comparison | BPF_K, first.value, t1, f1));
+    p.push_back(load_arg(second.arg));
+    const auto [t2, f2] = branch(second.holds, 1); // denied, else allowed
+    p.push_back(jump(BPF_JMP | second.comparison | BPF_K, second.value, t2, f2));
+    p.push_back(stmt(BPF_RET | BPF_K, deny));
+    p.push_back(stmt(BPF_RET | BPF_K, kAllow));
+  };
   argument_is_fd(SYS_close, 0);
 #ifdef SYS_dup2
   argument_is_fd(SYS_dup2, 1);
@@ -177,22 +200,10 @@ std::vector<sock_filter> build_channel_guard(uint32_t fd) {
   argument_is_fd(SYS_dup3, 1);
   // fcntl(fd, F_SETFD, ...): clearing close-on-exec would hand the channel to a program of the
   // kernel's choosing that replaced this one.
-  p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_fcntl, 0, 6));
-  p.push_back(load_arg(0));
-  p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, fd, 0, 3));
-  p.push_back(load_arg(1));
-  p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, F_SETFD, 0, 1));
-  p.push_back(stmt(BPF_RET | BPF_K, deny));
-  p.push_back(stmt(BPF_RET | BPF_K, kAllow));
+  deny_when_both(SYS_fcntl, {0, BPF_JEQ, fd, true}, {1, BPF_JEQ, F_SETFD, true});
 #ifdef SYS_close_range
   // close_range(first, last, flags) with first <= fd <= last (unsigned, as the kernel reads them).
-  p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_close_range, 0, 6));
-  p.push_back(load_arg(0));
-  p.push_back(jump(BPF_JMP | BPF_JGT | BPF_K, fd, 3, 0));
-  p.push_back(load_arg(1));
-  p.push_back(jump(BPF_JMP | BPF_JGE | BPF_K, fd, 0, 1));
-  p.push_back(stmt(BPF_RET | BPF_K, deny));
-  p.push_back(stmt(BPF_RET | BPF_K, kAllow));
+  deny_when_both(SYS_close_range, {0, BPF_JGT, fd, false}, {1, BPF_JGE, fd, true});
 #endif
   // No later filter (SECCOMP_RET_USER_NOTIF, TRAP or ERRNO on the runner's own sendmsg), no
   // syscall user dispatch (SIGSYS for every call made outside a chosen code range) and no ptrace
