@@ -179,7 +179,7 @@ std::vector<sock_filter> build_channel_guard(uint32_t fd) {
     uint32_t value;
     bool holds;
   };
-  const auto deny_when_both = [&](long nr, Condition first, Condition second) {
+  const auto deny_when_both = [&](long nr, Condition first, Condition second, uint32_t refusal) {
     const auto branch = [](bool holds, uint8_t skip) {
       return std::pair<uint8_t, uint8_t>{holds ? 0 : skip, holds ? skip : 0};
     };
@@ -190,7 +190,7 @@ std::vector<sock_filter> build_channel_guard(uint32_t fd) {
     p.push_back(load_arg(second.arg));
     const auto [t2, f2] = branch(second.holds, 1); // denied, else allowed
     p.push_back(jump(BPF_JMP | second.comparison | BPF_K, second.value, t2, f2));
-    p.push_back(stmt(BPF_RET | BPF_K, deny));
+    p.push_back(stmt(BPF_RET | BPF_K, refusal));
     p.push_back(stmt(BPF_RET | BPF_K, kAllow));
   };
   argument_is_fd(SYS_close, 0);
@@ -200,10 +200,14 @@ std::vector<sock_filter> build_channel_guard(uint32_t fd) {
   argument_is_fd(SYS_dup3, 1);
   // fcntl(fd, F_SETFD, ...): clearing close-on-exec would hand the channel to a program of the
   // kernel's choosing that replaced this one.
-  deny_when_both(SYS_fcntl, {0, BPF_JEQ, fd, true}, {1, BPF_JEQ, F_SETFD, true});
+  deny_when_both(SYS_fcntl, {0, BPF_JEQ, fd, true}, {1, BPF_JEQ, F_SETFD, true}, deny);
 #ifdef SYS_close_range
-  // close_range(first, last, flags) with first <= fd <= last (unsigned, as the kernel reads them).
-  deny_when_both(SYS_close_range, {0, BPF_JGT, fd, false}, {1, BPF_JGE, fd, true});
+  // close_range(first, last, flags) with first <= fd <= last (unsigned, as the kernel reads
+  // them). ENOSYS, not EPERM: what closes "every descriptor from 3" (a child's closefrom,
+  // Python's subprocess, Rust's and GLib's spawns) takes ENOSYS for a kernel without the call
+  // and closes one descriptor at a time, where some take EPERM for a failure.
+  deny_when_both(SYS_close_range, {0, BPF_JGT, fd, false}, {1, BPF_JGE, fd, true},
+                 errno_ret(ENOSYS));
 #endif
   // No later filter (SECCOMP_RET_USER_NOTIF, TRAP or ERRNO on the runner's own sendmsg), no
   // syscall user dispatch (SIGSYS for every call made outside a chosen code range) and no ptrace
@@ -268,8 +272,9 @@ SeccompLayer install_channel_guard(int channel_fd) {
   if (!out.active)
     return out;
   out.detail = "descriptor " + std::to_string(channel_fd) +
-               " (close-on-exec) cannot be closed, replaced or made inheritable; no seccomp "
-               "filter, syscall user dispatch or ptrace can intercept the runner (EPERM)";
+               " (close-on-exec) cannot be closed, replaced or made inheritable (EPERM; "
+               "close_range over it ENOSYS); no seccomp filter, syscall user dispatch or ptrace "
+               "can intercept the runner (EPERM)";
   return out;
 #endif
 }

@@ -18,8 +18,9 @@ SeccompLayer install_seccomp_filter();
 // `channel_fd`) where keval's own code left it: it cannot be closed, replaced (dup2, dup3,
 // close_range over it) or made inheritable across exec (fcntl F_SETFD), and no filter, syscall
 // user dispatch or ptrace can intercept the runner's own reads and writes of the channel and
-// answer them. Each fails with EPERM. Installed last: it denies seccomp() itself. Needs
-// no_new_privs; applies to every thread (TSYNC).
+// answer them. Each fails with EPERM, but close_range with ENOSYS (its callers then close one
+// descriptor at a time). Installed last: it denies seccomp() itself. Needs no_new_privs;
+// applies to every thread (TSYNC).
 SeccompLayer install_channel_guard(int channel_fd);
 
 } // namespace keval::worker::isolation::detail
