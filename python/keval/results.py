@@ -167,6 +167,13 @@ class EvalResult:
         return _obj(_obj(self.raw.get("kernel_exec_result")).get("metadata"))
 
     @property
+    def speedup_floor(self) -> Optional[float]:
+        """The reference's median over the candidate's median wall time per sample, measured by
+        keval outside the candidate's process: a speedup nothing in that process can inflate
+        (below ``speedup`` by the channel's round trip, tens of microseconds a sample)."""
+        return _num(_obj(self.metadata.get("profiling")).get("speedup_floor"))
+
+    @property
     def seed(self) -> Optional[int]:
         """The job's input seed; sending it back as ``seed`` reproduces the run's inputs."""
         seed = self.metadata.get("seed")

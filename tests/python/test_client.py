@@ -101,6 +101,8 @@ def test_compare_success_is_typed(client):
     assert r.runtime == pytest.approx(r.runtime_stats.mean)
     assert r.runtime_stats.method == "cpu_wall_clock"
     assert r.speedup is not None and r.speedup > 0
+    # keval's own wall times bound the speedup from below: never above it.
+    assert r.speedup_floor is not None and 0 < r.speedup_floor <= r.speedup
     assert isinstance(r.flags, list) and all(isinstance(f, Flag) for f in r.flags)
     assert r.metadata["compile"]["custom"]["info"]["function_name"] == "axpy2"
     assert isinstance(r.seed, int)

@@ -34,7 +34,7 @@ KEVAL_BIN = os.environ.get("KEVAL_BIN")
 KERNELBENCH_KEYS = {"sample_id", "compiled", "correctness", "metadata", "runtime",
                     "runtime_stats"}
 KEVAL_KEYS = {"problem_name", "level", "kernel_type", "job_id", "status", "speedup",
-              "ref_runtime", "ref_runtime_stats", "methods", "flags", "failure_class", "error",
+              "speedup_floor", "ref_runtime", "ref_runtime_stats", "methods", "flags", "failure_class", "error",
               "response_file"}
 RUN_KEYS = {"format", "mode", "run_name", "level", "kernelbench", "generations", "problems",
             "started", "finished", "wall_seconds", "hardware", "keval_version", "counts"}
@@ -149,6 +149,8 @@ def _response(compiled=True, correct=True, **extra):
     if correct:
         body["ref_runtime"] = {"mean": 3.0, "method": "cuda_graph", "count": 5}
         body["speedup"] = 2.0
+        body["kernel_exec_result"]["metadata"]["profiling"] = {"speedup": 2.0,
+                                                               "speedup_floor": 1.25}
     body.update(extra)
     return body
 
@@ -190,6 +192,7 @@ def test_entry_shape_and_small_metadata():
     assert entry["metadata"]["device"] == "cuda:0"
     assert len(entry["metadata"]["validation_error"].encode()) <= 2048
     assert entry["runtime"] == 1.5 and entry["ref_runtime"] == 3.0 and entry["speedup"] == 2.0
+    assert entry["speedup_floor"] == 1.25
     assert entry["methods"] == {"custom": "cuda_graph", "ref": "cuda_graph"}
     assert excerpt("é" * 5000).endswith("[truncated]")
 
