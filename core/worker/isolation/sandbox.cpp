@@ -436,21 +436,26 @@ std::vector<std::string> missing_layers(const json::object& report) {
 
 namespace {
 
-// Moves `fd` to the highest free descriptor below the soft RLIMIT_NOFILE, close-on-exec, and
+constexpr rlim_t kChannelCeiling = 1 << 16;
+
+// Moves `fd` to the highest free descriptor below the soft RLIMIT_NOFILE (at most
+// kChannelCeiling), close-on-exec, and
 // closes it. Lowest-free allocation reaches that number only in a process that holds every other
 // one, so user code and the tools it starts (which inherit the limit and the channel guard) never
 // meet it. Returns the new descriptor, or -1 with `error` set.
 int move_to_top(int fd, std::string& error) {
   struct rlimit files {};
-  if (::getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY ||
-      files.rlim_cur < 16) {
+  if (::getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur < 16) {
     error = "no usable RLIMIT_NOFILE to place the channel under";
     return -1;
   }
-  const int top = static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20)) - 1;
+  // Capped: a table grown to a million descriptors would cost the runner megabytes.
+  const int top = static_cast<int>(std::min<rlim_t>(files.rlim_cur, kChannelCeiling)) - 1;
   for (int target = top; target > top - 16; --target) {
-    if (target == fd)
+    if (target == fd) {
+      ::fcntl(fd, F_SETFD, FD_CLOEXEC);
       return fd;
+    }
     if (::fcntl(target, F_GETFD) != -1 || errno != EBADF)
       continue; // in use
     if (::dup3(fd, target, O_CLOEXEC) != target) {
