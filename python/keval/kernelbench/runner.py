@@ -238,9 +238,11 @@ class Runner:
         threads = [threading.Thread(target=self._worker, args=(pending,), daemon=True,
                                     name=f"kernelbench-{i}")
                    for i in range(max(1, min(o.jobs, pending.qsize())))]
-        for t in threads:
-            t.start()
         try:
+            # Started inside: Ctrl-C can come while Thread.start() waits for its thread, which
+            # may already have run ahead.
+            for t in threads:
+                t.start()
             for t in threads:
                 while t.is_alive():
                     t.join(timeout=0.5)
