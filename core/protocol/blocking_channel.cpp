@@ -4,6 +4,7 @@
 #include <cstring>
 #include <system_error>
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -61,9 +62,39 @@ void BlockingChannel::send(boost::json::object message, const std::vector<int>& 
 }
 
 boost::json::object BlockingChannel::receive() {
+  if (ready_) {
+    boost::json::object message = std::move(*ready_);
+    ready_.reset();
+    return message;
+  }
   for (;;) {
     if (auto message = decoder_.next())
       return std::move(*message);
+    read_some();
+  }
+}
+
+bool BlockingChannel::wait_unless(int other) {
+  for (;;) {
+    if (!ready_)
+      ready_ = decoder_.next();
+    if (ready_)
+      return true;
+    pollfd watched[2] = {{fd_, POLLIN, 0}, {other, POLLIN, 0}};
+    if (::poll(watched, 2, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      throw std::system_error(errno, std::generic_category(), "waiting for " + peer_);
+    }
+    if (watched[0].revents != 0)
+      read_some(); // what the peer sent before it went comes first
+    else if (watched[1].revents != 0)
+      return false;
+  }
+}
+
+void BlockingChannel::read_some() {
+  for (;;) {
     char buffer[64 * 1024];
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)];
     iovec iov{buffer, sizeof buffer};
@@ -95,6 +126,7 @@ boost::json::object BlockingChannel::receive() {
     if (n == 0)
       throw ProtocolError(peer_ + " closed the channel");
     decoder_.feed(std::string_view(buffer, static_cast<size_t>(n)));
+    return;
   }
 }
 

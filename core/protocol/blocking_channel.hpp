@@ -12,6 +12,7 @@
 #include "protocol/frame.hpp"
 
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,11 @@ public:
   void send(boost::json::object message, const std::vector<int>& fds = {});
   // Blocks for the next message; throws ProtocolError on garbage or end of stream.
   boost::json::object receive();
+  // Blocks until receive() would not (a message waits, or what it would throw) and returns true,
+  // or returns false once `other` is readable while nothing waits on the channel: a runner's
+  // pidfd, so that its death is seen while a process it left behind still holds the channel.
+  // Throws as receive() does.
+  bool wait_unless(int other);
   // Takes the `count` oldest received descriptors. Throws ProtocolError when fewer arrived.
   std::vector<UniqueFd> take_fds(size_t count);
   // Closes descriptors that arrived but that no frame claimed (a peer sending more than it says).
@@ -43,10 +49,14 @@ public:
   int fd() const { return fd_; }
 
 private:
+  // One read from the socket into the decoder, descriptors queued. Throws on end of stream.
+  void read_some();
+
   int fd_;
   std::string peer_;
   size_t max_frame_bytes_; // both ways
   FrameDecoder decoder_;
+  std::optional<boost::json::object> ready_; // decoded by wait_unless, not yet received
   std::deque<UniqueFd> fds_;
 };
 

@@ -13,12 +13,26 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/value_to.hpp>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 namespace keval::worker {
 
 namespace json = boost::json;
+
+namespace {
+
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+} // namespace
 
 std::unique_ptr<RunnerClient> RunnerClient::spawn(const std::filesystem::path& worker_exe,
                                                   const std::vector<std::string>& prewarm,
@@ -50,8 +64,9 @@ std::unique_ptr<RunnerClient> RunnerClient::spawn(const std::filesystem::path& w
 }
 
 RunnerClient::RunnerClient(pid_t pid, int fd, protocol::SandboxPolicy place)
-    : pid_(pid), place_(std::move(place)), channel_(std::make_unique<protocol::BlockingChannel>(
-                                               fd, "runner", runner_msg::kMaxRunnerFrameBytes)) {}
+    : pid_(pid), pidfd_(open_pidfd(pid)), place_(std::move(place)),
+      channel_(std::make_unique<protocol::BlockingChannel>(fd, "runner",
+                                                           runner_msg::kMaxRunnerFrameBytes)) {}
 
 RunnerClient::~RunnerClient() {
   if (!reaped_) {
@@ -114,12 +129,20 @@ void RunnerClient::fail(const std::string& doing, const std::string& problem) {
   throw RunnerFailure(side_ + " kernel's process " + problem + " while " + doing);
 }
 
+json::object RunnerClient::receive(const std::string& doing) {
+  if (pidfd_ && !channel_->wait_unless(pidfd_.get()))
+    fail(doing, wait_for_exit());
+  return channel_->receive();
+}
+
 json::object RunnerClient::await_hello() {
   try {
-    json::object hello = channel_->receive();
+    json::object hello = receive("starting");
     if (hello.at("type") != runner_msg::kHello)
       fail("starting", "sent something other than its hello");
     return hello;
+  } catch (const RunnerFailure&) {
+    throw;
   } catch (const protocol::ProtocolError&) {
     fail("starting", wait_for_exit());
   } catch (const std::system_error&) {
@@ -152,7 +175,7 @@ int64_t RunnerClient::send(json::object command, const std::string& doing,
 json::object RunnerClient::reply(const std::string& type, int64_t seq, const std::string& doing) {
   json::object reply;
   try {
-    reply = channel_->receive();
+    reply = receive(doing);
   } catch (const protocol::ProtocolError& e) {
     const std::string what = e.what();
     if (what.find("closed the channel") != std::string::npos)

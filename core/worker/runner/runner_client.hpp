@@ -80,8 +80,14 @@ private:
   RunnerClient(pid_t pid, int fd, protocol::SandboxPolicy place);
   [[noreturn]] void fail(const std::string& doing, const std::string& problem);
   std::string wait_for_exit();
+  // The runner's next message; fails `doing` when the runner ends first, also while a process it
+  // left behind holds its channel open (seen through pidfd_).
+  boost::json::object receive(const std::string& doing);
 
   pid_t pid_;
+  // Readable once the runner has ended (pidfd_open); empty where the kernel has none (before
+  // Linux 5.3), and then only the channel's end tells.
+  UniqueFd pidfd_;
   protocol::SandboxPolicy place_;
   bool reaped_ = false;
   std::string side_ = "runner";

@@ -27,6 +27,21 @@ INSTANTIATE_TEST_SUITE_P(Candidates, ProcessExit,
                            return name;
                          });
 
+using RunnerDeath = TorchAttack;
+
+// The runner is watched through a pidfd, not only through its channel, which a process it left
+// behind may hold open: a crash is reported as the kernel's (exit 1, "killed by SIGSEGV"), not as
+// the job's timeout (keval's failure, exit 3) that waiting for the channel's end came to.
+TEST_F(RunnerDeath, IsSeenWhileALeftoverProcessHoldsItsChannel) {
+  TempDir tmp;
+  const auto run = run_cli(relu_compare(source("crash_with_channel_held.py"), unique_id("crash")),
+                           tmp.path() / "state");
+  ASSERT_FALSE(run.body.empty()) << describe(run);
+  expect_cli_kernel_failure(run, "the kernel crashed");
+  EXPECT_NE(validation_error(run.body).find("killed by SIGSEGV"), std::string::npos)
+      << describe(run);
+}
+
 using ProcessExitUnderTheDaemon = TorchAttack;
 
 TEST_F(ProcessExitUnderTheDaemon, IsAKernelFailureAndTheDaemonGoesOnServing) {

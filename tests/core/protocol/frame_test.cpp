@@ -197,5 +197,39 @@ TEST(BlockingChannel, DescriptorsTravelWithTheirFrame) {
   EXPECT_THROW(b.take_fds(1), ProtocolError); // none left: a peer cannot claim more than it sent
 }
 
+// wait_unless: a runner's channel watched together with its pidfd (here a pipe stands in).
+TEST(BlockingChannel, WaitUnlessPrefersWhatThePeerSentToTheOtherDescriptor) {
+  int fds[2], other[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  ASSERT_EQ(::pipe(other), 0);
+  BlockingChannel a(fds[0]), b(fds[1]);
+  ASSERT_EQ(::write(other[1], "x", 1), 1); // the "runner" has ended...
+  a.send(message("last words"));           // ...after its last reply
+  EXPECT_TRUE(b.wait_unless(other[0]));
+  EXPECT_EQ(b.receive().at("type").as_string(), "last words");
+  EXPECT_FALSE(b.wait_unless(other[0])) << "nothing more waits, and the other end is readable";
+  ::close(other[0]);
+  ::close(other[1]);
+}
+
+TEST(BlockingChannel, WaitUnlessKeepsAPartialFrameForReceive) {
+  int fds[2], other[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  ASSERT_EQ(::pipe(other), 0);
+  BlockingChannel b(fds[1]);
+  const std::string frame = encode_frame(message("split"));
+  ASSERT_EQ(::write(fds[0], frame.data(), 5), 5);
+  ASSERT_EQ(::write(other[1], "x", 1), 1);
+  EXPECT_FALSE(b.wait_unless(other[0])); // half a frame is no message
+  ASSERT_EQ(::write(fds[0], frame.data() + 5, frame.size() - 5),
+            static_cast<ssize_t>(frame.size() - 5));
+  EXPECT_TRUE(b.wait_unless(other[0]));
+  EXPECT_EQ(b.receive().at("type").as_string(), "split");
+  ::close(fds[0]);
+  EXPECT_THROW(b.wait_unless(other[0]), ProtocolError) << "the end of the stream, as receive()";
+  ::close(other[0]);
+  ::close(other[1]);
+}
+
 } // namespace
 } // namespace keval::protocol
