@@ -436,20 +436,19 @@ std::vector<std::string> missing_layers(const json::object& report) {
 
 namespace {
 
+// A table grown to a soft limit of a million descriptors would cost the runner megabytes.
 constexpr rlim_t kChannelCeiling = 1 << 16;
 
-// Moves `fd` to the highest free descriptor below the soft RLIMIT_NOFILE (at most
-// kChannelCeiling), close-on-exec, and
-// closes it. Lowest-free allocation reaches that number only in a process that holds every other
-// one, so user code and the tools it starts (which inherit the limit and the channel guard) never
-// meet it. Returns the new descriptor, or -1 with `error` set.
+// Moves `fd` to the highest free descriptor below the soft RLIMIT_NOFILE (and kChannelCeiling),
+// close-on-exec, and closes it. Lowest-free allocation reaches that number only in a process
+// that holds every other one, so user code and the tools it starts (which inherit the limit and
+// the channel guard) never meet it. Returns the new descriptor, or -1 with `error` set.
 int move_to_top(int fd, std::string& error) {
   struct rlimit files {};
   if (::getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur < 16) {
     error = "no usable RLIMIT_NOFILE to place the channel under";
     return -1;
   }
-  // Capped: a table grown to a million descriptors would cost the runner megabytes.
   const int top = static_cast<int>(std::min<rlim_t>(files.rlim_cur, kChannelCeiling)) - 1;
   for (int target = top; target > top - 16; --target) {
     if (target == fd) {

@@ -1273,20 +1273,19 @@ private:
   // the reference's median over the candidate's median wall time, which no candidate can raise.
   void report_walls(const std::vector<Timed>& timed, protocol::ProfileReport& report) {
     json::object walls;
+    double custom_wall = 0;
     for (const auto& t : timed) {
       const tensor::RuntimeStats stats = tensor::compute_stats(t.walls);
       walls[t.side->name] = json::object{
           {"median", stats.median}, {"min", stats.min}, {"percentile_95", stats.percentile_95}};
+      if (t.side->name != "ref")
+        custom_wall = stats.median;
     }
     report.sampling["wall_ms"] = std::move(walls);
-    for (const auto& t : timed)
-      if (t.side->name != "ref" && report.ref && !t.walls.empty()) {
-        // Never above the speedup: a sample whose trace added work past the reply (its time
-        // then exceeds the wall) already lowered that.
-        const double custom_wall = tensor::compute_stats(t.walls).median;
-        if (custom_wall > 0 && report.speedup)
-          report.speedup_floor = std::min(*report.speedup, report.ref->median / custom_wall);
-      }
+    // Never above the speedup: a sample whose trace added work past the reply (its time then
+    // exceeds the wall) already lowered that.
+    if (report.ref && report.speedup && custom_wall > 0)
+      report.speedup_floor = std::min(*report.speedup, report.ref->median / custom_wall);
   }
 
   // The NVTX range a side's launches run in, as the V2 server names them, so that an external
