@@ -144,13 +144,13 @@ std::vector<sock_filter> build_program() {
   p.push_back(stmt(BPF_RET | BPF_K, errno_ret(ENOSYS)));
   // clone: no new namespaces (flags are the first argument on x86-64 and arm64).
   p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 0, 4));
-  p.push_back(stmt(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])));
+  p.push_back(load_arg(0));
   p.push_back(jump(BPF_JMP | BPF_JSET | BPF_K, kNamespaceFlags, 0, 1));
   p.push_back(stmt(BPF_RET | BPF_K, errno_ret(EPERM)));
   p.push_back(stmt(BPF_RET | BPF_K, kAllow));
   // socket: Unix sockets only (the family is the first argument).
   p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 4));
-  p.push_back(stmt(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])));
+  p.push_back(load_arg(0));
   p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 1));
   p.push_back(stmt(BPF_RET | BPF_K, kAllow));
   p.push_back(stmt(BPF_RET | BPF_K, errno_ret(EAFNOSUPPORT)));
