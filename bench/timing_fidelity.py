@@ -6,10 +6,12 @@ For three cuda kernels of different sizes it prints, per kernel:
             end-to-end time between the events around a sample;
   kernel    the median of keval's kernel time (metadata.profiling.device_work.custom.kernel_time:
             the time the process's device work ran in each sample, from CUPTI's trace);
+  hw        keval's device metric `duration` (gpu__time_duration, from CUPTI's profiler in the
+            runner: "device_metrics": ["speed_of_light"]), a run of its own after the samples;
   ncu       the median of Nsight Compute's gpu__time_duration.sum over --launches launches of the
             same source (cupy.RawKernel, the same grid, block and sizes) in a plain process, the
             clocks left as they are (--clock-control none);
-  ratios    e2e / ncu and kernel / ncu: 1.00 is the hardware's own time.
+  ratios    e2e / ncu, kernel / ncu and hw / ncu: 1.00 is the hardware's own time.
 Then KernelBench's add example (examples/torch_cuda_kernelbench_add.json) through `keval compare`:
 both sides' methods and medians.
 
@@ -84,6 +86,20 @@ def run_keval(keval, mode, request, tmp):
         sys.exit(f"timing_fidelity: keval {mode} printed no result (exit {r.returncode}):\n{r.stderr[-3000:]}")
 
 
+def hardware_duration_us(keval, source, n, tmp):
+    """keval's own gpu__time_duration of the kernel: the speed_of_light section's duration."""
+    result = run_keval(keval, "evaluate", dict(keval_request(source, n), device_metrics=["speed_of_light"]), tmp)
+    metrics = result.get("kernel_exec_result", {}).get("metadata", {}).get("device_metrics", {})
+    try:
+        duration = metrics["kernels"][0]["speed_of_light"]["duration"]
+    except (KeyError, IndexError):
+        sys.exit(f"timing_fidelity: keval reported no device metrics: {json.dumps(metrics)[:2000]}")
+    scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3}
+    if duration.get("unit") not in scale:
+        sys.exit(f"timing_fidelity: unexpected duration unit {duration!r}")
+    return duration["value"] * scale[duration["unit"]]
+
+
 def ncu_median_us(ncu, source, n, launches, tmp):
     src = Path(tmp) / "k.cu"
     src.write_text(source)
@@ -118,7 +134,7 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory(prefix="keval-fidelity-") as tmp:
         print(f"{'kernel':16s} {'elements':>10s} {'e2e us':>9s} {'method':>11s} {'kernel us':>10s} "
-              f"{'ncu us':>9s} {'e2e/ncu':>8s} {'kern/ncu':>9s}")
+              f"{'hw us':>8s} {'ncu us':>9s} {'e2e/ncu':>8s} {'kern/ncu':>9s} {'hw/ncu':>7s}")
         for name, source, n in KERNELS:
             result = run_keval(args.keval, "evaluate", keval_request(source, n), tmp)
             stats = result.get("kernel_exec_result", {}).get("runtime_stats", {})
@@ -128,14 +144,17 @@ def main():
             work = (result["kernel_exec_result"].get("metadata", {}).get("profiling", {})
                     .get("device_work", {}).get("custom", {}))
             kernel_us = work["kernel_time"]["median"] * 1e3 if "kernel_time" in work else float("nan")
+            hw_us = hardware_duration_us(args.keval, source, n, tmp)
             ncu_us, measured = ncu_median_us(args.ncu, source, n, args.launches, tmp)
             row = {"kernel": name, "elements": n, "keval_us": keval_us, "keval_method": stats.get("method"),
                    "keval_kernel_us": kernel_us, "untraced": work.get("reason"),
                    "ncu_us": ncu_us, "ncu_launches": measured, "ratio": keval_us / ncu_us,
-                   "kernel_ratio": kernel_us / ncu_us}
+                   "kernel_ratio": kernel_us / ncu_us, "keval_hw_us": hw_us,
+                   "hw_ratio": hw_us / ncu_us}
             rows.append(row)
             print(f"{name:16s} {n:10d} {keval_us:9.2f} {row['keval_method']:>11s} {kernel_us:10.2f} "
-                  f"{ncu_us:9.2f} {row['ratio']:8.3f} {row['kernel_ratio']:9.3f}"
+                  f"{hw_us:8.2f} {ncu_us:9.2f} {row['ratio']:8.3f} {row['kernel_ratio']:9.3f} "
+                  f"{row['hw_ratio']:7.3f}"
                   + (f"  (not traced: {work['reason']})" if "reason" in work else ""))
         # What tracing costs the end-to-end time: the smallest kernel again, untraced.
         name, source, n = KERNELS[0]

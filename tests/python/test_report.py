@@ -306,6 +306,10 @@ def test_cli_labels_and_bad_input(fixture_tree, tmp_path):
 
 def _chromium(args: List[str], profile: str) -> subprocess.CompletedProcess:
     browser = shutil.which("chromium")
+    if not browser and os.environ.get("KEVAL_REQUIRE_CHROMIUM") != "1":
+        # Machines scripts/setup did not prepare (the GPU machine has no network to install it);
+        # scripts/test sets KEVAL_REQUIRE_CHROMIUM=1, so CI fails instead.
+        pytest.skip("chromium is not installed here (scripts/setup installs it)")
     assert browser, "chromium not found: scripts/setup installs Debian's chromium"
     command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-extensions",
                "--no-first-run", "--hide-scrollbars", "--force-device-scale-factor=1",

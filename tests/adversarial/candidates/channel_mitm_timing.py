@@ -1,5 +1,5 @@
 # Attack: under-report its own time by sitting between its runner and the trusted worker. At
-# import (the compile step) it finds the runner's channel (its one Unix socket), moves it behind a
+# import (the compile step) it finds the runner's channel (see _channel), moves it behind a
 # socketpair of its own and relays every frame both ways from two threads, descriptors included,
 # dividing the "ms" of every timed sample's reply by SHRINK. Its kernel computes the right ReLU,
 # so only the time lies: a relay that worked would report a speedup near SHRINK with a correct
@@ -64,6 +64,9 @@ def _relay(source, sink, rewrite):
 
 
 def _channel():
+    """The runner's channel as an attacker who read keval's source finds it: of its Unix sockets
+    (CUDA and torch may hold others), the one whose peer is its parent, the trusted worker; else
+    the highest-numbered, where keval moves the channel."""
     sockets = []
     for name in os.listdir("/proc/self/fd"):
         try:
@@ -71,9 +74,21 @@ def _channel():
                 sockets.append(int(name))
         except OSError:
             pass
-    if len(sockets) != 1:
-        raise RuntimeError(f"expected one socket, found {sockets}")
-    return sockets[0]
+    if not sockets:
+        raise RuntimeError("found no socket")
+    for fd in sockets:
+        try:
+            probe = socket.socket(fileno=os.dup(fd))
+            try:
+                peer_pid = struct.unpack("3i", probe.getsockopt(
+                    socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+            finally:
+                probe.close()
+        except OSError:
+            continue
+        if peer_pid == os.getppid():
+            return fd
+    return max(sockets)
 
 
 def _take_over(channel):
