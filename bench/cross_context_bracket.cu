@@ -32,7 +32,7 @@
   do {                                                                                             \
     cudaError_t e_ = (call);                                                                       \
     if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));   \
       std::exit(2);                                                                                \
     }                                                                                              \
   } while (0)
@@ -49,7 +49,8 @@
 
 __global__ void vector_add(const float* x, const float* y, float* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = x[i] + y[i];
+  if (i < n)
+    out[i] = x[i] + y[i];
 }
 __global__ void empty_kernel() {}
 
@@ -58,11 +59,11 @@ namespace {
 // Messages over the pipes: fixed-size structs, both processes are this binary.
 struct Setup {
   cudaIpcMemHandle_t flags;
-  int host;  // 1: the flags are in the shared host page, registered by each process
+  int host; // 1: the flags are in the shared host page, registered by each process
 };
 struct Order {
-  int n;        // elements; 0: the empty kernel; -1: stop
-  unsigned id;  // the sample's go/done value
+  int n;       // elements; 0: the empty kernel; -1: stop
+  unsigned id; // the sample's go/done value
 };
 struct Reply {
   float runner_ms;
@@ -72,7 +73,8 @@ void read_all(int fd, void* p, size_t n) {
   auto* c = static_cast<char*>(p);
   while (n) {
     ssize_t r = read(fd, c, n);
-    if (r <= 0) std::exit(3);
+    if (r <= 0)
+      std::exit(3);
     c += r;
     n -= static_cast<size_t>(r);
   }
@@ -81,7 +83,8 @@ void write_all(int fd, const void* p, size_t n) {
   auto* c = static_cast<const char*>(p);
   while (n) {
     ssize_t r = write(fd, c, n);
-    if (r <= 0) std::exit(3);
+    if (r <= 0)
+      std::exit(3);
     c += r;
     n -= static_cast<size_t>(r);
   }
@@ -95,7 +98,7 @@ CUdeviceptr map_host_page(void* page) {
   return reinterpret_cast<CUdeviceptr>(device);
 }
 
-void* g_page = nullptr;  // MAP_SHARED before fork: the same page in both processes
+void* g_page = nullptr; // MAP_SHARED before fork: the same page in both processes
 
 int runner(int in, int out) {
   CHECK_RT(cudaSetDevice(0));
@@ -137,7 +140,8 @@ int runner(int in, int out) {
   for (;;) {
     Order order;
     read_all(in, &order, sizeof order);
-    if (order.n < 0) break;
+    if (order.n < 0)
+      break;
     CHECK_RT(cudaMemsetAsync(flush, static_cast<int>(order.id & 0xff), flush_bytes, stream));
     CHECK_DRV(cuStreamWaitValue32(stream, go, order.id, CU_STREAM_WAIT_VALUE_GEQ));
     CHECK_RT(cudaEventRecord(a, stream));
@@ -151,7 +155,8 @@ int runner(int in, int out) {
     // wait never blocks on work not yet submitted), then wait for it like a runner would.
     Reply queued{0};
     write_all(out, &queued, sizeof queued);
-    if (order.id == 1) std::fprintf(stderr, "runner: first sample queued\n");
+    if (order.id == 1)
+      std::fprintf(stderr, "runner: first sample queued\n");
     CHECK_RT(cudaStreamSynchronize(stream));
     Reply reply;
     CHECK_RT(cudaEventElapsedTime(&reply.runner_ms, a, b));
@@ -197,14 +202,14 @@ int trusted(int to_runner, int from_runner, int samples, bool host) {
   CHECK_RT(cudaMalloc(&staging, 1 << 20));
   std::printf("flags in %s; stream wait-value (NOR) supported: %d\n",
               host ? "shared host memory" : "device memory (CUDA IPC)", mem_ops);
-  std::printf("%-14s %8s %12s %12s %12s %8s %12s\n", "kernel", "samples", "runner us",
-              "bracket us", "diff us", "ratio", "diff p90 us");
+  std::printf("%-14s %8s %12s %12s %12s %8s %12s\n", "kernel", "samples", "runner us", "bracket us",
+              "diff us", "ratio", "diff p90 us");
   unsigned id = 0;
   const int sizes[] = {0, 1 << 20, 1 << 24, 1 << 26};
   for (int n : sizes) {
     std::vector<double> runner_us, bracket_us, diff_us;
     for (int s = 0; s < samples + 5; ++s) {
-      alarm(10);  // a bracket that never closes ends the run with SIGALRM, not a hang
+      alarm(10); // a bracket that never closes ends the run with SIGALRM, not a hang
       Order order{n, ++id};
       write_all(to_runner, &order, sizeof order);
       Reply queued;
@@ -219,7 +224,8 @@ int trusted(int to_runner, int from_runner, int samples, bool host) {
       read_all(from_runner, &reply, sizeof reply);
       float bracket_ms = 0;
       CHECK_RT(cudaEventElapsedTime(&bracket_ms, e1, e2));
-      if (s < 5) continue;  // warm-up
+      if (s < 5)
+        continue; // warm-up
       runner_us.push_back(reply.runner_ms * 1e3);
       bracket_us.push_back(bracket_ms * 1e3);
       diff_us.push_back((bracket_ms - reply.runner_ms) * 1e3);
@@ -228,7 +234,8 @@ int trusted(int to_runner, int from_runner, int samples, bool host) {
     std::sort(sorted.begin(), sorted.end());
     const double r = median(runner_us), b = median(bracket_us);
     std::printf("%-14s %8d %12.2f %12.2f %12.2f %8.3f %12.2f\n",
-                n == 0 ? "empty" : (n == (1 << 20) ? "add_1M" : (n == (1 << 24) ? "add_16M" : "add_64M")),
+                n == 0 ? "empty"
+                       : (n == (1 << 20) ? "add_1M" : (n == (1 << 24) ? "add_16M" : "add_64M")),
                 samples, r, b, median(diff_us), b / r, sorted[sorted.size() * 9 / 10]);
   }
   Order stop{-1, 0};
@@ -236,17 +243,19 @@ int trusted(int to_runner, int from_runner, int samples, bool host) {
   return 0;
 }
 
-}  // namespace
+} // namespace
 
 int main(int argc, char** argv) {
   const int samples = argc > 1 ? std::atoi(argv[1]) : 200;
   const bool host = argc > 2 && std::strcmp(argv[2], "host") == 0;
   std::setvbuf(stdout, nullptr, _IONBF, 0);
   g_page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (g_page == MAP_FAILED) return 1;
+  if (g_page == MAP_FAILED)
+    return 1;
   std::memset(g_page, 0, 4096);
   int down[2], up[2];
-  if (pipe(down) || pipe(up)) return 1;
+  if (pipe(down) || pipe(up))
+    return 1;
   // Fork before either process touches CUDA: a CUDA context does not survive fork.
   pid_t pid = fork();
   if (pid == 0) {

@@ -167,6 +167,12 @@ def run_keval(args, jobs, label="keval"):
             f"  GPU busy {busy / 1000 / wall / gpus:.2f}")
         for f in failures[:5]:
             print("   ", f[:300])
+        if len(after.get("gpus", [])) > 1:  # one daemon driving several GPUs: each one's share
+            busy_before = {g.get("index"): g.get("busy_ms", 0) for g in before.get("gpus", [])}
+            print("   per GPU: " + "  ".join(
+                f"#{g.get('index')} {g.get('type', '?')} busy "
+                f"{(g.get('busy_ms', 0) - busy_before.get(g.get('index'), 0)) / 1000:.1f} s"
+                for g in after["gpus"]))
         stages = after.get("time_breakdown", {}).get("stages", [])
         print("   stages (mean ms over the daemon's jobs): " + "  ".join(
             f"{s['stage']} {s['mean_ms']:.0f}" for s in stages if s.get("mean_ms") is not None))

@@ -73,8 +73,9 @@ std::vector<pid_t> numeric_entries(const char* dir) {
 
 } // namespace
 
-std::optional<ProcStat> read_proc_stat(pid_t pid) {
-  const auto text = read_small_file("/proc/" + std::to_string(pid) + "/stat");
+namespace {
+
+std::optional<ProcStat> parse_proc_stat(const std::optional<std::string>& text) {
   if (!text)
     return std::nullopt;
   // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so fields are
@@ -86,6 +87,7 @@ std::optional<ProcStat> read_proc_stat(pid_t pid) {
   rest.remove_prefix(paren + 1);
   std::optional<pid_t> parent;
   std::optional<uint64_t> start_time;
+  char state = '?';
   int field = 2; // the ')' closes field 2
   size_t i = 0;
   while (i < rest.size() && !(parent && start_time)) {
@@ -94,7 +96,9 @@ std::optional<ProcStat> read_proc_stat(pid_t pid) {
       break;
     const size_t end = std::min(rest.find(' ', start), rest.size());
     ++field;
-    if (field == 4)
+    if (field == 3)
+      state = rest[start];
+    else if (field == 4)
       parent = parse_number<pid_t>(rest.substr(start, end - start));
     else if (field == 22)
       start_time = parse_number<uint64_t>(rest.substr(start, end - start));
@@ -102,14 +106,16 @@ std::optional<ProcStat> read_proc_stat(pid_t pid) {
   }
   if (!parent || !start_time)
     return std::nullopt;
-  return ProcStat{*parent, *start_time};
+  return ProcStat{state, *parent, *start_time};
 }
 
-std::vector<pid_t> children_of_self() {
+// The children of the process whose /proc directory is `dir` ("/proc/self" or "/proc/<pid>"),
+// `pid` being its number.
+std::vector<pid_t> children_in(const std::string& dir, pid_t pid) {
   std::vector<pid_t> children;
   bool have_children_files = false;
-  for (const pid_t tid : numeric_entries("/proc/self/task")) {
-    const auto text = read_small_file("/proc/self/task/" + std::to_string(tid) + "/children");
+  for (const pid_t tid : numeric_entries((dir + "/task").c_str())) {
+    const auto text = read_small_file(dir + "/task/" + std::to_string(tid) + "/children");
     if (!text)
       continue; // the thread has ended, or the kernel lacks CONFIG_PROC_CHILDREN
     have_children_files = true;
@@ -117,11 +123,52 @@ std::vector<pid_t> children_of_self() {
   }
   if (have_children_files)
     return children;
-  const pid_t self = ::getpid();
-  for (const pid_t pid : numeric_entries("/proc"))
-    if (const auto stat = read_proc_stat(pid); stat && stat->parent == self)
-      children.push_back(pid);
+  for (const pid_t other : numeric_entries("/proc"))
+    if (const auto stat = read_proc_stat(other); stat && stat->parent == pid)
+      children.push_back(other);
   return children;
+}
+
+} // namespace
+
+std::optional<ProcStat> read_proc_stat(pid_t pid) {
+  return parse_proc_stat(read_small_file("/proc/" + std::to_string(pid) + "/stat"));
+}
+
+std::vector<pid_t> children_of_self() {
+  return children_in("/proc/self", ::getpid());
+}
+
+std::vector<pid_t> children_of(pid_t pid) {
+  if (::access(("/proc/" + std::to_string(pid)).c_str(), F_OK) != 0)
+    return {};
+  return children_in("/proc/" + std::to_string(pid), pid);
+}
+
+std::vector<pid_t> threads_of(pid_t pid) {
+  return numeric_entries(("/proc/" + std::to_string(pid) + "/task").c_str());
+}
+
+std::optional<char> thread_state(pid_t pid, pid_t tid) {
+  const auto stat = parse_proc_stat(
+      read_small_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat"));
+  if (!stat)
+    return std::nullopt;
+  return stat->state;
+}
+
+std::optional<uid_t> uid_of(pid_t pid) {
+  const auto text = read_small_file("/proc/" + std::to_string(pid) + "/status");
+  if (!text)
+    return std::nullopt;
+  const size_t line = text->find("\nUid:");
+  if (line == std::string::npos)
+    return std::nullopt;
+  const size_t start = text->find_first_not_of(" \t", line + 5);
+  if (start == std::string::npos)
+    return std::nullopt;
+  const size_t end = text->find_first_of(" \t\n", start);
+  return parse_number<uid_t>(std::string_view(*text).substr(start, end - start));
 }
 
 } // namespace keval

@@ -12,6 +12,7 @@
 namespace keval {
 
 struct ProcStat {
+  char state = '?'; // R, S, D, T (stopped), t, Z, X, ...
   pid_t parent = 0;
   uint64_t start_time = 0; // clock ticks after boot: with the pid, names one process for good
 };
@@ -23,5 +24,18 @@ std::optional<ProcStat> read_proc_stat(pid_t pid);
 // process may be given to any of them); where the kernel lacks those files, from the parent
 // field of every /proc/<pid>/stat. A snapshot: children come and go meanwhile.
 std::vector<pid_t> children_of_self();
+
+// The same for any process `pid` (its /proc/<pid>/task/*/children, else every process's parent
+// field); empty once it has ended.
+std::vector<pid_t> children_of(pid_t pid);
+
+// The threads of `pid` (/proc/<pid>/task); empty once it has ended.
+std::vector<pid_t> threads_of(pid_t pid);
+
+// The state of thread `tid` of process `pid` (/proc/<pid>/task/<tid>/stat), nullopt once gone.
+std::optional<char> thread_state(pid_t pid, pid_t tid);
+
+// The real uid of `pid` (/proc/<pid>/status), nullopt once it has ended.
+std::optional<uid_t> uid_of(pid_t pid);
 
 } // namespace keval

@@ -5,6 +5,7 @@
 #include "checks/kernel_names.hpp"
 #include "checks/static_scan.hpp"
 #include "common/log.hpp"
+#include "common/process_tree.hpp"
 #include "protocol/job_contract.hpp"
 #include "request/parse.hpp"
 #include "tensor/dtype.hpp"
@@ -14,6 +15,7 @@
 #include "worker/engine/detail/tensor_bytes.hpp"
 #include "worker/engine/engine.hpp"
 #include "worker/isolation/isolation.hpp"
+#include "worker/isolation/pause.hpp"
 #include "worker/isolation/sandbox.hpp"
 #include "worker/metrics/device_metrics.hpp"
 #include "worker/pipeline/arguments.hpp"
@@ -76,6 +78,9 @@ constexpr uint64_t kMinOutputBudget = 1ull << 20;
 constexpr uint64_t kWithoutReference = 16ull << 30;
 // A sample whose outputs are not wanted (warm-up): none are copied.
 constexpr uint64_t kUnchecked = 0;
+// How long the other side's processes may take to stop before a sample (isolation/pause.hpp):
+// an idle process stops in microseconds; one inside a long system call stops when it returns.
+constexpr double kPauseWaitMs = 500;
 
 // A flag (request/model.hpp, kFlagNames): what a check found that the verdict cannot say.
 json::object flag(const char* name, const std::string& reason, json::object details = {}) {
@@ -1093,6 +1098,10 @@ private:
     int64_t samples_with_outside_work = 0;
     double outside_ms = 0;
     std::vector<double> walls{}; // each sample's SampleRun::wall_ms
+    // The other side's processes stopped around its samples (isolation/pause.hpp): the most at
+    // once, and what could not be stopped, if anything ever could not.
+    size_t paused_most = 0;
+    std::string pause_failure{};
   };
 
   // One timed run: its time (the outside work its trace showed added), what it did on the
@@ -1282,6 +1291,15 @@ private:
         custom_wall = stats.median;
     }
     report.sampling["wall_ms"] = std::move(walls);
+    json::object paused;
+    for (const auto& t : timed) {
+      json::object side{{"processes_most", t.paused_most}};
+      if (!t.pause_failure.empty())
+        side["not_stopped"] = t.pause_failure;
+      // Keyed by the side being timed: the other side's processes were the ones stopped.
+      paused[t.side->name] = std::move(side);
+    }
+    report.sampling["other_side_paused"] = std::move(paused);
     // Never above the speedup: a sample whose trace added work past the reply (its time then
     // exceeds the wall) already lowered that.
     if (report.ref && report.speedup && custom_wall > 0)
@@ -1467,9 +1485,11 @@ private:
     json::object ask;
     ask["type"] = runner_msg::kSample;
     ask["binding"] = binding.id;
+    isolation::PausedProcesses others = pause_other_sides(t);
     const auto start = Clock::now();
     json::object reply = call(side, std::move(ask), "being timed");
     const double wall_ms = ms_since(start);
+    others = {}; // they go on at once: nothing after the reply is timed
     spent_.runs += ms_since(preparing);
     expect_ok(side, reply, "being timed");
     SampleRun run;
@@ -1498,6 +1518,44 @@ private:
     spent_.outputs += ms_since(copying);
     run.wall_ms = ms_since(start);
     return run;
+  }
+
+  // Stops the processes of every side but `t`'s while `t` is timed (isolation/pause.hpp): the other
+  // side's runner tree, and the orphans this subreaper adopted that are not `t`'s own (by uid,
+  // where each runner has its own; every orphan where they share ours). Work a stopped process
+  // queued on the GPU before it stopped still runs; it can queue no more. A candidate whose
+  // processes cannot all be stopped while the reference is timed fails: the reference's time
+  // could not be protected from it. A reference that cannot be is reported, not failed.
+  isolation::PausedProcesses pause_other_sides(Timed& t) {
+    std::vector<pid_t> roots, runners;
+    for (const auto& side : sides_) {
+      if (side->runner == nullptr)
+        continue;
+      runners.push_back(side->runner->pid());
+      if (side.get() != t.side)
+        roots.push_back(side->runner->pid());
+    }
+    if (roots.empty())
+      return {};
+    const std::optional<uid_t> timed_uid = uid_of(t.side->runner->pid());
+    const bool own_uids = timed_uid && *timed_uid != ::getuid();
+    const auto pause_orphan = [&](pid_t child) {
+      if (std::find(runners.begin(), runners.end(), child) != runners.end())
+        return false;
+      return !own_uids || uid_of(child) != timed_uid;
+    };
+    auto paused = isolation::PausedProcesses::pause(roots, pause_orphan, kPauseWaitMs);
+    t.paused_most = std::max(t.paused_most, paused.size());
+    if (!paused.failure().empty()) {
+      if (t.side->name == "ref")
+        throw KernelFailure{
+            "custom", error_json("not_paused", "custom kernel's processes could not be stopped "
+                                               "while the reference was timed: " +
+                                                   paused.failure())};
+      if (t.pause_failure.empty())
+        t.pause_failure = paused.failure();
+    }
+    return paused;
   }
 
   // A traced sample's summary of its device work, as the side's runner sent it. A runner whose
