@@ -82,8 +82,9 @@ PausedProcesses PausedProcesses::pause(const std::vector<pid_t>& roots,
   for (int round = 0; round < kMaxRounds; ++round) {
     std::set<pid_t> found;
     collect_trees(roots, found);
+    // A child met in an earlier round was judged then: its tree is walked, not its uid reread.
     for (const pid_t child : children_of_self())
-      if (pause_orphan && pause_orphan(child))
+      if (signalled.count(child) != 0 || (pause_orphan && pause_orphan(child)))
         collect_trees({child}, found);
     bool new_ones = false;
     for (const pid_t pid : found) {

@@ -1102,6 +1102,7 @@ private:
     // once, and what could not be stopped, if anything ever could not.
     size_t paused_most = 0;
     std::string pause_failure{};
+    std::optional<std::optional<uid_t>> runner_uid{}; // its runner's uid, once read
   };
 
   // One timed run: its time (the outside work its trace showed added), what it did on the
@@ -1537,7 +1538,10 @@ private:
     }
     if (roots.empty())
       return {};
-    const std::optional<uid_t> timed_uid = uid_of(t.side->runner->pid());
+    // The timed runner's uid never changes: read once per side, not per sample.
+    if (!t.runner_uid)
+      t.runner_uid = uid_of(t.side->runner->pid());
+    const std::optional<uid_t> timed_uid = *t.runner_uid;
     const bool own_uids = timed_uid && *timed_uid != ::getuid();
     const auto pause_orphan = [&](pid_t child) {
       if (std::find(runners.begin(), runners.end(), child) != runners.end())
