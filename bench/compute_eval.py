@@ -16,9 +16,15 @@ from each problem's variants (pass, wrong, build_error, ...; never a timeout var
 waiting would only measure the timeout), so samples repeat as pass@k samples do; the count of
 distinct solutions is printed. --distinct makes every sample unique (a comment of its own), so
 that no build can be reused. Every verdict of keval is compared with the procedure's and
-disagreements are printed. Prints one row per run and the ratios against ComputeEval at each N.
+disagreements are printed. Two of our variants are meant to disagree: `exit_early` (the solution
+ends the harness's process with status 0) and `refs_comment_only` (the names the problem requires
+appear only in a comment) pass the procedure and fail keval's checks (docs/cuda_program.md).
+Prints one row per run and the ratios against ComputeEval at each N; under each keval row, the
+GPU's busy time and the daemon's stage means (/stats), which say whether the cores (builds) or the
+GPU (tests) bound it. --defaults-only runs, of keval, only the row at its defaults.
 
   python3 bench/compute_eval.py --keval-bin build/bin/keval --workers 4 16 --k 8 [--distinct]
+                                [--defaults-only]
 
 On a ComputeEval release you have locally (its dataset is never part of keval):
   python3 bench/compute_eval.py --problems-datapack 2026-1-problems.tar.gz \
@@ -173,6 +179,22 @@ def kept_builds_reused(entries):
     return sum(1 for e in entries if e["keval"].get("build_reused"))
 
 
+def print_where_time_went(daemon, wall_s):
+    """The row's GPU busy fraction and the daemon's stage means: which of builds (cores) and
+    tests (the GPU lease) bound the row."""
+    status, stats, _ = daemon.client().get_json("/stats")
+    if status != 200:
+        print(f"    (GET /stats answered {status})")
+        return
+    gpus = stats.get("gpus", [])
+    busy_s = sum(g.get("busy_ms", 0) for g in gpus) / 1000
+    stages = stats.get("time_breakdown", {}).get("stages", [])
+    print(f"    GPU busy {busy_s:.1f} s of {wall_s:.1f} s"
+          + (f" ({busy_s / wall_s / len(gpus):.2f} per GPU)" if gpus else "")
+          + "; stage means (ms): " + "  ".join(f"{st['stage']} {st['mean_ms']:.0f}" for st in stages
+                                              if st.get("mean_ms") is not None))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keval-bin", default=os.path.join(ROOT, "build", "bin", "keval"))
@@ -186,6 +208,8 @@ def main():
                         help="its solutions (default: each problem's baseline, --k times)")
     parser.add_argument("--distinct", action="store_true",
                         help="make every sample unique (a comment of its own): no build is reused")
+    parser.add_argument("--defaults-only", action="store_true",
+                        help="of keval, only the row at its defaults (no row per N)")
     args = parser.parse_args()
 
     gpus = gpu_count()
@@ -223,6 +247,7 @@ def main():
                   f"counted)")
             s, verdicts, entries, at_once = keval_run(problems_pack, solutions_pack,
                                                       daemon.socket_path, workers, reuse, work)
+            print_where_time_went(daemon, s)
         rows.append((label, at_once, s, kept_builds_reused(entries)))
         for i, (a, b) in enumerate(zip(ce_verdicts, verdicts)):
             if a != b:
@@ -235,8 +260,9 @@ def main():
             ce_s, ce_verdicts = computeeval(problems, solutions, workers, gpus)
             ce_rows[workers] = ce_s
             rows.append(("ComputeEval local procedure", workers, ce_s, None))
-            keval_row("keval, plain build command", workers, False)
-            keval_row("keval, harness and builds reused", workers, True)
+            if not args.defaults_only:
+                keval_row("keval, plain build command", workers, False)
+                keval_row("keval, harness and builds reused", workers, True)
         keval_row("keval defaults (--jobs: daemon's)", None, True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -6,8 +6,10 @@ For three cuda kernels of different sizes it prints, per kernel:
             end-to-end time between the events around a sample;
   kernel    the median of keval's kernel time (metadata.profiling.device_work.custom.kernel_time:
             the time the process's device work ran in each sample, from CUPTI's trace);
-  hw        keval's device metric `duration` (gpu__time_duration, from CUPTI's profiler in the
-            runner: "device_metrics": ["speed_of_light"]), a run of its own after the samples;
+  hw        keval's device metric `duration` ("device_metrics": ["speed_of_light"]): the trace's
+            interval of the kernel in a run of its own after the samples, neither replayed nor
+            restored (docs/device_metrics.md); like `kernel`, first block to last, so it leaves
+            out the front end's launch processing that ncu's timestamps take in;
   ncu       the median of Nsight Compute's gpu__time_duration.sum over --launches launches of the
             same source (cupy.RawKernel, the same grid, block and sizes) in a plain process, the
             clocks left as they are (--clock-control none);
