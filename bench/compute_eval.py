@@ -49,6 +49,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
+from keval import Client  # noqa: E402
 from keval._daemon import LocalDaemon  # noqa: E402
 from keval.compute_eval.datapack import (read_problems, read_solutions,  # noqa: E402
                                         write_problems, write_solutions)
@@ -182,10 +183,8 @@ def kept_builds_reused(entries):
 def print_where_time_went(daemon, wall_s):
     """The row's GPU busy fraction and the daemon's stage means: which of builds (cores) and
     tests (the GPU lease) bound the row."""
-    status, stats, _ = daemon.client().get_json("/stats")
-    if status != 200:
-        print(f"    (GET /stats answered {status})")
-        return
+    with Client(daemon.socket_path) as client:
+        stats = client.stats()
     gpus = stats.get("gpus", [])
     busy_s = sum(g.get("busy_ms", 0) for g in gpus) / 1000
     stages = stats.get("time_breakdown", {}).get("stages", [])

@@ -89,7 +89,8 @@ def run_keval(keval, mode, request, tmp):
 
 
 def hardware_duration_us(keval, source, n, tmp):
-    """keval's own gpu__time_duration of the kernel: the speed_of_light section's duration."""
+    """keval's device-metrics duration of the kernel (speed_of_light): its trace interval in a run
+    of its own, neither replayed nor restored."""
     result = run_keval(keval, "evaluate", dict(keval_request(source, n), device_metrics=["speed_of_light"]), tmp)
     metrics = result.get("kernel_exec_result", {}).get("metadata", {}).get("device_metrics", {})
     try:

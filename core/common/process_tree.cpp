@@ -110,11 +110,15 @@ std::optional<ProcStat> parse_proc_stat(const std::optional<std::string>& text) 
 }
 
 // The children of the process whose /proc directory is `dir` ("/proc/self" or "/proc/<pid>"),
-// `pid` being its number.
+// `pid` being its number; none once it has ended (without this, a gone process would cost a scan
+// of every process's parent field).
 std::vector<pid_t> children_in(const std::string& dir, pid_t pid) {
   std::vector<pid_t> children;
+  const std::vector<pid_t> threads = numeric_entries((dir + "/task").c_str());
+  if (threads.empty())
+    return children;
   bool have_children_files = false;
-  for (const pid_t tid : numeric_entries((dir + "/task").c_str())) {
+  for (const pid_t tid : threads) {
     const auto text = read_small_file(dir + "/task/" + std::to_string(tid) + "/children");
     if (!text)
       continue; // the thread has ended, or the kernel lacks CONFIG_PROC_CHILDREN
@@ -140,8 +144,6 @@ std::vector<pid_t> children_of_self() {
 }
 
 std::vector<pid_t> children_of(pid_t pid) {
-  if (::access(("/proc/" + std::to_string(pid)).c_str(), F_OK) != 0)
-    return {};
   return children_in("/proc/" + std::to_string(pid), pid);
 }
 

@@ -48,9 +48,7 @@ bool process_is_still(pid_t pid) {
 } // namespace
 
 PausedProcesses::PausedProcesses(PausedProcesses&& other) noexcept
-    : stopped_(std::move(other.stopped_)), failure_(std::move(other.failure_)) {
-  other.stopped_.clear();
-}
+    : stopped_(std::exchange(other.stopped_, {})), failure_(std::move(other.failure_)) {}
 
 PausedProcesses& PausedProcesses::operator=(PausedProcesses&& other) noexcept {
   if (this != &other) {
