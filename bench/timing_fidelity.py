@@ -6,16 +6,20 @@ For three cuda kernels of different sizes it prints, per kernel:
             end-to-end time between the events around a sample;
   kernel    the median of keval's kernel time (metadata.profiling.device_work.custom.kernel_time:
             the time the process's device work ran in each sample, from CUPTI's trace);
-  hw        keval's device metric `duration` ("device_metrics": ["speed_of_light"]): the trace's
-            interval of the kernel in a run of its own after the samples, neither replayed nor
-            restored (docs/device_metrics.md); like `kernel`, first block to last, so it leaves
-            out the front end's launch processing that ncu's timestamps take in;
+  gpu       the median of keval's `hardware_time` ("hardware_time": true; device_work.custom.
+            hardware_time): gpu__time_duration.sum read by CUPTI's range profiler in the runner,
+            in runs of their own after the samples, each after an L2 flush, unreplayed: ncu's
+            metric, taken as ncu takes it;
+  hw        keval's device metric `duration` ("device_metrics": ["speed_of_light"]): the median
+            of 5 such runs of their own after the device metrics' replays
+            (docs/device_metrics.md), as the device metrics report it;
   ncu       the median of Nsight Compute's gpu__time_duration.sum over --launches launches of the
             same source (cupy.RawKernel, the same grid, block and sizes) in a plain process, the
             clocks left as they are (--clock-control none);
-  ratios    e2e / ncu, kernel / ncu and hw / ncu: 1.00 is the hardware's own time.
-Then KernelBench's add example (examples/torch_cuda_kernelbench_add.json) through `keval compare`:
-both sides' methods and medians.
+  ratios    e2e / ncu, kernel / ncu, gpu / ncu and hw / ncu: 1.00 is the hardware's own time.
+All of keval's columns come from one `keval evaluate` per kernel. Then KernelBench's add example
+(examples/torch_cuda_kernelbench_add.json) through `keval compare`: both sides' methods, medians
+and hardware times.
 
 Needs a CUDA device, `ncu` on PATH (or --ncu) and cupy. Never changes clocks.
 usage: bench/timing_fidelity.py [--keval build/bin/keval] [--launches 20] [--json FILE]
@@ -88,10 +92,8 @@ def run_keval(keval, mode, request, tmp):
         sys.exit(f"timing_fidelity: keval {mode} printed no result (exit {r.returncode}):\n{r.stderr[-3000:]}")
 
 
-def hardware_duration_us(keval, source, n, tmp):
-    """keval's device-metrics duration of the kernel (speed_of_light): its trace interval in a run
-    of its own, neither replayed nor restored."""
-    result = run_keval(keval, "evaluate", dict(keval_request(source, n), device_metrics=["speed_of_light"]), tmp)
+def metric_duration_us(result):
+    """From a result with device metrics: the speed_of_light duration, in us."""
     metrics = result.get("kernel_exec_result", {}).get("metadata", {}).get("device_metrics", {})
     try:
         duration = metrics["kernels"][0]["speed_of_light"]["duration"]
@@ -101,6 +103,14 @@ def hardware_duration_us(keval, source, n, tmp):
     if duration.get("unit") not in scale:
         sys.exit(f"timing_fidelity: unexpected duration unit {duration!r}")
     return duration["value"] * scale[duration["unit"]]
+
+
+def hardware_us(work):
+    """The median of a side's hardware_time, in us (exits with the reason when there is none)."""
+    hardware = work.get("hardware_time", {})
+    if not hardware.get("available"):
+        sys.exit(f"timing_fidelity: keval measured no hardware time: {json.dumps(hardware)[:2000]}")
+    return hardware["median"] * 1e3
 
 
 def ncu_median_us(ncu, source, n, launches, tmp):
@@ -137,9 +147,12 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory(prefix="keval-fidelity-") as tmp:
         print(f"{'kernel':16s} {'elements':>10s} {'e2e us':>9s} {'method':>11s} {'kernel us':>10s} "
-              f"{'hw us':>8s} {'ncu us':>9s} {'e2e/ncu':>8s} {'kern/ncu':>9s} {'hw/ncu':>7s}")
+              f"{'gpu us':>8s} {'hw us':>8s} {'ncu us':>9s} {'e2e/ncu':>8s} "
+              f"{'kern/ncu':>9s} {'gpu/ncu':>8s} {'hw/ncu':>7s}")
         for name, source, n in KERNELS:
-            result = run_keval(args.keval, "evaluate", keval_request(source, n), tmp)
+            request = dict(keval_request(source, n), hardware_time=True,
+                           device_metrics=["speed_of_light"])
+            result = run_keval(args.keval, "evaluate", request, tmp)
             stats = result.get("kernel_exec_result", {}).get("runtime_stats", {})
             if "median" not in stats:
                 sys.exit(f"timing_fidelity: {name}: keval reported no time: {json.dumps(result)[:2000]}")
@@ -147,17 +160,19 @@ def main():
             work = (result["kernel_exec_result"].get("metadata", {}).get("profiling", {})
                     .get("device_work", {}).get("custom", {}))
             kernel_us = work["kernel_time"]["median"] * 1e3 if "kernel_time" in work else float("nan")
-            hw_us = hardware_duration_us(args.keval, source, n, tmp)
+            gpu_us = hardware_us(work)
+            hw_us = metric_duration_us(result)
             ncu_us, measured = ncu_median_us(args.ncu, source, n, args.launches, tmp)
             row = {"kernel": name, "elements": n, "keval_us": keval_us, "keval_method": stats.get("method"),
                    "keval_kernel_us": kernel_us, "untraced": work.get("reason"),
                    "ncu_us": ncu_us, "ncu_launches": measured, "ratio": keval_us / ncu_us,
-                   "kernel_ratio": kernel_us / ncu_us, "keval_hw_us": hw_us,
-                   "hw_ratio": hw_us / ncu_us}
+                   "kernel_ratio": kernel_us / ncu_us, "keval_gpu_us": gpu_us,
+                   "gpu_ratio": gpu_us / ncu_us, "hardware_time": work.get("hardware_time"),
+                   "keval_hw_us": hw_us, "hw_ratio": hw_us / ncu_us}
             rows.append(row)
             print(f"{name:16s} {n:10d} {keval_us:9.2f} {row['keval_method']:>11s} {kernel_us:10.2f} "
-                  f"{hw_us:8.2f} {ncu_us:9.2f} {row['ratio']:8.3f} {row['kernel_ratio']:9.3f} "
-                  f"{row['hw_ratio']:7.3f}"
+                  f"{gpu_us:8.2f} {hw_us:8.2f} {ncu_us:9.2f} {row['ratio']:8.3f} "
+                  f"{row['kernel_ratio']:9.3f} {row['gpu_ratio']:8.3f} {row['hw_ratio']:7.3f}"
                   + (f"  (not traced: {work['reason']})" if "reason" in work else ""))
         # What tracing costs the end-to-end time: the smallest kernel again, untraced.
         name, source, n = KERNELS[0]
@@ -169,7 +184,7 @@ def main():
               f"{untraced_us:.2f} us, traced / untraced {traced_us / untraced_us:.3f}")
         rows.append({"kernel": name, "e2e_traced_us": traced_us, "e2e_untraced_us": untraced_us})
         example = json.loads((ROOT / "examples/torch_cuda_kernelbench_add.json").read_text())
-        result = run_keval(args.keval, "compare", example, tmp)
+        result = run_keval(args.keval, "compare", dict(example, hardware_time=True), tmp)
         ref = result.get("ref_runtime") or {}
         cand = result.get("kernel_exec_result", {}).get("runtime_stats", {})
         work = (result.get("kernel_exec_result", {}).get("metadata", {}).get("profiling", {})
@@ -180,6 +195,14 @@ def main():
               f"candidate {cand.get('method')} median {cand.get('median', float('nan')) * 1e3:.2f} us "
               f"(kernel {kernel_median('custom'):.2f} us); speedup {result.get('speedup')}, "
               f"kernel speedup {work.get('kernel_speedup')}")
+        hardware = lambda side: work.get(side, {}).get("hardware_time", {})
+        print(f"KernelBench add hardware time (gpu__time_duration): reference "
+              f"{hardware('ref').get('median', float('nan')) * 1e3:.2f} us, candidate "
+              f"{hardware('custom').get('median', float('nan')) * 1e3:.2f} us "
+              f"({hardware('custom').get('kernels')} kernel(s) a run); hardware speedup "
+              f"{work.get('hardware_speedup')}"
+              + "".join(f"; {side}: {hardware(side)['reason']}" for side in ("ref", "custom")
+                        if "reason" in hardware(side)))
         rows.append({"kernel": "kernelbench_add", "reference": ref, "candidate": cand,
                      "speedup": result.get("speedup"), "device_work": work})
         untraced = run_keval(args.keval, "compare", dict(example, device_trace=False), tmp)

@@ -96,6 +96,12 @@ struct DeviceMetricsRequest {
   std::vector<std::string> metrics;  // raw Perfworks names ("dram__bytes_read.sum")
 };
 
+// keval: `hardware_time`, runs of each side's launch of their own after its timing, each timed by
+// the hardware's counters (ncu's gpu__time_duration): true asks for the default number of runs,
+// a number for that many.
+inline constexpr int64_t kDefaultHardwareTimeRuns = 10;
+inline constexpr int64_t kMaxHardwareTimeRuns = 100;
+
 // KernelCode: one kernel of a request.
 struct KernelCode {
   std::string source_code;
@@ -159,6 +165,9 @@ struct EvalRequest {
       return std::nullopt;
     return chosen;
   }
+  // keval: runs timed by the hardware's counters per side (kDefaultHardwareTimeRuns for `true`);
+  // 0: none.
+  int64_t hardware_time_runs = 0;
   bool async = false;                // daemon only
   std::optional<std::string> job_id; // client-chosen id, else generated
   boost::json::object original;      // the request as sent, kept for the job record

@@ -313,6 +313,18 @@ void parse_settings(EvalRequest& request, ObjectReader& reader, const Limits& li
     request.device_trace = read_bool(*trace, "device_trace");
   if (const json::value* metrics = reader.optional("device_metrics"))
     request.device_metrics = parse_device_metrics(*metrics, "device_metrics");
+  if (const json::value* hardware = reader.optional("hardware_time")) {
+    if (hardware->is_bool())
+      request.hardware_time_runs = hardware->get_bool() ? kDefaultHardwareTimeRuns : 0;
+    else if (hardware->is_number())
+      request.hardware_time_runs =
+          read_positive_int(*hardware, "hardware_time", kMaxHardwareTimeRuns);
+    else
+      throw RequestError("hardware_time", std::string("must be true, false or a number of runs "
+                                                      "(1 to ") +
+                                              std::to_string(kMaxHardwareTimeRuns) + "), got " +
+                                              kind_name(*hardware));
+  }
   if (const json::value* async = reader.optional("async"))
     request.async = read_bool(*async, "async");
   if (const json::value* job_id = reader.optional("job_id"))

@@ -114,10 +114,12 @@ TEST_F(DeviceMetricsGpu, VectorAddIsMemoryBoundWithTheBytesItMoves) {
   EXPECT_NEAR(value(kernel, "memory", "dram_bytes_read"), 2 * bytes, 0.1 * 2 * bytes);
   EXPECT_GT(value(kernel, "memory", "dram_bytes_written"), 0.7 * bytes);
   EXPECT_LT(value(kernel, "memory", "dram_bytes_written"), 1.05 * bytes);
-  EXPECT_NE(json::serialize(metadata(r).at("device_metrics").at("durations_and_dram_bytes"))
-                .find("run of their own"),
-            std::string::npos)
-      << "durations and DRAM bytes come from an unreplayed run";
+  const std::string source =
+      json::serialize(metadata(r).at("device_metrics").at("durations_and_dram_bytes"));
+  EXPECT_NE(source.find("runs of their own"), std::string::npos)
+      << "durations and DRAM bytes come from unreplayed runs: " << source;
+  EXPECT_NE(source.find("durations are gpu__time_duration"), std::string::npos)
+      << "durations are ncu's metric, not the trace's intervals: " << source;
   EXPECT_GT(value(kernel, "speed_of_light", "duration"), 0.0);
   // 256 threads, few registers, no shared memory: every warp slot can be filled.
   EXPECT_DOUBLE_EQ(value(kernel, "occupancy", "theoretical_occupancy"), 100.0);
@@ -162,6 +164,32 @@ TEST_F(DeviceMetricsGpu, CompareReportsBothSidesUnderTheirNvtxRanges) {
   }
   // The timing was not taken while counters were collected: the speedup of identical kernels
   // stays near 1.
+  EXPECT_NEAR(r.body.at("speedup").to_number<double>(), 1.0, 0.2);
+}
+
+// "hardware_time": ncu's gpu__time_duration of the kernel, in runs of their own after the samples.
+// It spans the trace's interval of the kernel (first block to last) and the front end's processing
+// of the launch, so a 60 us add reads about its kernel time; and it leaves the samples alone.
+TEST_F(DeviceMetricsGpu, HardwareTimeIsTheKernelsGpuTimeDurationInRunsOfTheirOwn) {
+  json::object request{{"ref_kernel", add_kernel()},
+                       {"custom_kernel", add_kernel()},
+                       {"num_trials", 20},
+                       {"hardware_time", 5}};
+  const auto r = run_request(request, true, built_registry());
+  ASSERT_EQ(r.verdict, Verdict::success) << json::serialize(r.body);
+  const auto& work = metadata(r).at("profiling").at("device_work").as_object();
+  std::cout << "device work: " << json::serialize(work) << "\n";
+  for (const char* side : {"ref", "custom"}) {
+    const auto& hardware = work.at(side).at("hardware_time").as_object();
+    ASSERT_TRUE(hardware.at("available").as_bool()) << json::serialize(hardware);
+    EXPECT_EQ(hardware.at("count").to_number<int64_t>(), 5);
+    EXPECT_EQ(hardware.at("kernels").to_number<int64_t>(), 1) << "one kernel a launch";
+    EXPECT_FALSE(hardware.contains("kernels_fewest"));
+    const double kernel = work.at(side).at("kernel_time").at("median").to_number<double>();
+    EXPECT_NEAR(hardware.at("median").to_number<double>(), kernel, 0.3 * kernel)
+        << "the same kernel, timed two ways";
+  }
+  EXPECT_NEAR(work.at("hardware_speedup").to_number<double>(), 1.0, 0.2);
   EXPECT_NEAR(r.body.at("speedup").to_number<double>(), 1.0, 0.2);
 }
 

@@ -374,6 +374,104 @@ DeviceCounters collect_counters(CUcontext context, int device_ordinal,
   return result;
 }
 
+std::vector<std::vector<double>> time_kernels(CUcontext context, int device_ordinal, size_t runs,
+                                              size_t max_kernels,
+                                              const std::function<void()>& before,
+                                              const std::function<void()>& run) {
+  std::lock_guard lock(g_profiling);
+  api();
+  const std::string chip = chip_name(device_ordinal);
+  RangeProfiler profiler(context);
+  const std::vector<uint8_t> availability = counter_availability(context);
+  HostObject host(chip, availability);
+  const std::vector<const char*> names{"gpu__time_duration.sum"};
+  check("configuring gpu__time_duration", host.add(names));
+  std::vector<uint8_t> config = host.config_image();
+  CUpti_Profiler_Host_GetNumOfPasses_Params passes{
+      CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE};
+  passes.configImageSize = config.size();
+  passes.pConfigImage = config.data();
+  check("counting the passes", api().cuptiProfilerHostGetNumOfPasses(&passes));
+  // One pass is what lets every run go unreplayed; a chip that needed more would have its
+  // kernels replayed over memory restored (and an L2 left warm by the restore).
+  if (passes.numOfPasses != 1)
+    throw CountersUnavailable("gpu__time_duration needs " + std::to_string(passes.numOfPasses) +
+                              " passes on " + chip + "; keval counts it only in one");
+
+  const size_t ranges = std::max<size_t>(1, max_kernels);
+  CUpti_RangeProfiler_GetCounterDataSize_Params size{
+      CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE};
+  size.pRangeProfilerObject = profiler.get();
+  size.pMetricNames = const_cast<const char**>(names.data());
+  size.numMetrics = names.size();
+  size.maxNumOfRanges = ranges;
+  size.maxNumRangeTreeNodes = static_cast<uint32_t>(ranges);
+  check("sizing the counter data", api().cuptiRangeProfilerGetCounterDataSize(&size));
+
+  std::vector<std::vector<double>> durations;
+  std::vector<uint8_t> data(size.counterDataSize);
+  std::vector<double> values;
+  for (size_t r = 0; r < runs; ++r) {
+    // Each run is a session of its own (a fresh image, the configuration set again), so its
+    // ranges are only its kernels.
+    CUpti_RangeProfiler_CounterDataImage_Initialize_Params init{
+        CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE};
+    init.pRangeProfilerObject = profiler.get();
+    init.counterDataSize = data.size();
+    init.pCounterData = data.data();
+    check("preparing the counter data", api().cuptiRangeProfilerCounterDataImageInitialize(&init));
+    CUpti_RangeProfiler_SetConfig_Params config_params{
+        CUpti_RangeProfiler_SetConfig_Params_STRUCT_SIZE};
+    config_params.pRangeProfilerObject = profiler.get();
+    config_params.configSize = config.size();
+    config_params.pConfig = config.data();
+    config_params.counterDataImageSize = data.size();
+    config_params.pCounterDataImage = data.data();
+    config_params.range = CUPTI_AutoRange;
+    config_params.replayMode = CUPTI_UserReplay;
+    config_params.maxRangesPerPass = ranges;
+    config_params.numNestingLevels = 1;
+    config_params.minNestingLevel = 1;
+    config_params.passIndex = 0;
+    config_params.targetNestingLevel = 1;
+    check("configuring the range profiler", api().cuptiRangeProfilerSetConfig(&config_params));
+
+    before();
+    CUpti_RangeProfiler_Start_Params start{CUpti_RangeProfiler_Start_Params_STRUCT_SIZE};
+    start.pRangeProfilerObject = profiler.get();
+    check("starting the range profiler", api().cuptiRangeProfilerStart(&start));
+    CUpti_RangeProfiler_Stop_Params stop{CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE};
+    stop.pRangeProfilerObject = profiler.get();
+    try {
+      run();
+    } catch (...) {
+      api().cuptiRangeProfilerStop(&stop);
+      throw;
+    }
+    check("stopping the range profiler", api().cuptiRangeProfilerStop(&stop));
+    if (stop.isAllPassSubmitted == 0)
+      throw CountersUnavailable("the range profiler asked for another pass of a one-pass metric");
+    CUpti_RangeProfiler_DecodeData_Params decode{CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE};
+    decode.pRangeProfilerObject = profiler.get();
+    check("decoding the counters", api().cuptiRangeProfilerDecodeData(&decode));
+    if (decode.numOfRangeDropped > 0)
+      throw CountersUnavailable("the launch ran more than " + std::to_string(ranges) +
+                                " kernels; their times were not all counted");
+    CUpti_RangeProfiler_GetCounterDataInfo_Params info{
+        CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE};
+    info.pCounterDataImage = data.data();
+    info.counterDataImageSize = data.size();
+    check("reading the counter data", api().cuptiRangeProfilerGetCounterDataInfo(&info));
+    std::vector<double> kernels;
+    for (size_t range = 0; range < info.numTotalRanges; ++range) {
+      host.evaluate(data, range, names, values);
+      kernels.push_back(values[0]);
+    }
+    durations.push_back(std::move(kernels));
+  }
+  return durations;
+}
+
 std::vector<TrafficSample> sample_dram_traffic(int device_ordinal, double expected_ms,
                                                const std::function<void()>& before,
                                                const std::function<void()>& run) {
@@ -474,6 +572,13 @@ std::vector<TrafficSample> sample_dram_traffic(int device_ordinal, double expect
 std::vector<TrafficSample> sample_dram_traffic(int, double, const std::function<void()>&,
                                                const std::function<void()>&) {
   throw CountersUnavailable("keval was built without CUPTI's headers (cupti.h)");
+}
+
+std::vector<std::vector<double>> time_kernels(CUcontext, int, size_t, size_t,
+                                              const std::function<void()>&,
+                                              const std::function<void()>&) {
+  throw CountersUnavailable("keval was built without CUPTI's headers (cupti.h): kernels cannot "
+                            "be timed by the hardware's counters");
 }
 
 DeviceCounters collect_counters(CUcontext, int, const CounterRequest&, const std::function<void()>&,

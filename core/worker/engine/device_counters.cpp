@@ -99,6 +99,8 @@ json::object to_json(const DeviceCounters& counters) {
   o["passes"] = counters.passes;
   o["not_counted"] = counters.not_counted;
   o["traffic"] = counters.traffic;
+  if (!counters.trace_durations.empty())
+    o["trace_durations"] = counters.trace_durations;
   if (counters.limits) {
     const SmLimits& l = *counters.limits;
     o["sm_limits"] = json::object{{"sm_count", l.sm_count},
@@ -187,6 +189,8 @@ DeviceCounters device_counters_from_json(const json::object& o) {
   c.not_counted = count_of(o, "not_counted", where);
   if (o.contains("traffic"))
     c.traffic = text_of(o, "traffic", where, 512);
+  if (o.contains("trace_durations"))
+    c.trace_durations = text_of(o, "trace_durations", where, 512);
   if (const json::value* limits = o.if_contains("sm_limits")) {
     const std::string lat = where + ".sm_limits";
     const json::object* l = limits->if_object();

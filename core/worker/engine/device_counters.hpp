@@ -33,12 +33,13 @@ struct SmLimits {
   int64_t reserved_shared_per_block = 0; // the driver's own shared memory per block
 };
 
-// What a run of the launch of its own, neither replayed nor restored, measured of one kernel:
-// its duration from the trace and its DRAM bytes from PM sampling (ncu's way; kernel replay's
-// restores leave the L2 warm and dirty). worker/metrics/ reports these, and what follows from
-// them, in place of the range profiler's values.
+// What runs of the launch of their own, neither replayed nor restored, measured of one kernel:
+// its duration (gpu__time_duration from one-pass profiled runs, ncu's metric; else the trace's
+// interval) and its DRAM bytes from PM sampling (ncu's way; kernel replay's restores leave the
+// L2 warm and dirty). worker/metrics/ reports these, and what follows from them, in place of the
+// range profiler's values.
 struct UnreplayedRun {
-  double duration_ns = 0; // 0: the trace gave the kernel no interval
+  double duration_ns = 0; // 0: no duration was measured
   double dram_read_bytes = 0;
   double dram_write_bytes = 0;
 };
@@ -61,6 +62,9 @@ struct DeviceCounters {
   // Where the kernels' durations and DRAM bytes come from: "unreplayed" (every kernel's
   // `unreplayed` is set), else why they are the range profiler's.
   std::string traffic;
+  // Unreplayed durations are gpu__time_duration unless this says why they are the trace's
+  // intervals instead.
+  std::string trace_durations;
 };
 
 // What a runner sends (to_json) and the trusted worker reads back (from_json: the shapes and

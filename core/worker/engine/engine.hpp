@@ -166,6 +166,16 @@ public:
     (void)metrics, (void)max_kernels, (void)expected_ms, (void)run;
     throw CountersUnavailable("device metrics need a CUDA device: this kernel ran on the CPU");
   }
+
+  // The hardware's own time (ns) of each kernel `run` issues, in each of `runs` runs, each after
+  // an L2 flush and unreplayed: ncu's gpu__time_duration, at most `max_kernels` a run. Never
+  // while a timed sample is taken. Throws CountersUnavailable where it cannot be read.
+  virtual std::vector<std::vector<double>> time_kernels(size_t runs, size_t max_kernels,
+                                                        const std::function<void()>& run) {
+    (void)runs, (void)max_kernels, (void)run;
+    throw CountersUnavailable("the hardware's kernel time needs a CUDA device: this kernel ran "
+                              "on the CPU");
+  }
 };
 
 // The engine for the CPU: plain host memory, steady_clock timing.

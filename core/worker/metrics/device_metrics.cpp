@@ -342,8 +342,16 @@ json::object build_report(const request::DeviceMetricsRequest& request,
   report["passes"] = counters.passes;
   report["durations_and_dram_bytes"] =
       counters.traffic == "unreplayed"
-          ? std::string("from a run of their own, neither replayed nor restored: durations from "
-                        "the trace, DRAM bytes from PM sampling of the device")
+          ? (counters.trace_durations.empty()
+                 ? std::string("from runs of their own, neither replayed nor restored: durations "
+                               "are gpu__time_duration as ncu reads it (the median of 5 runs), "
+                               "DRAM bytes from PM sampling of the device over the kernel's "
+                               "trace interval")
+                 : "from a run of their own, neither replayed nor restored: durations are the "
+                   "trace's intervals (first block to last; gpu__time_duration could not be "
+                   "read: " +
+                       counters.trace_durations +
+                       "), DRAM bytes from PM sampling of the device over them")
       : counters.traffic.empty() ? std::string("the range profiler's (kernel replay)")
                                  : counters.traffic;
   if (!nvtx_range.empty())

@@ -1232,6 +1232,7 @@ private:
                                               {"outputs", spent_.outputs},
                                               {"checks", spent_.checks}};
     report_device_work(timed, report);
+    collect_hardware_times(timed, report);
     collect_device_metrics(timed, report);
     report.ok = true;
     report.method = timed.front().method;
@@ -1378,6 +1379,112 @@ private:
       }
       report.device_metrics[key] = std::move(side_report);
     }
+  }
+
+  // `hardware_time` (request/model.hpp): after the timed samples, each side's runner runs its
+  // launch again, `runs` times, each after an L2 flush and with the other side's processes
+  // stopped as for a sample, and reads each kernel's gpu__time_duration from the hardware's
+  // counters: ncu's Duration, taken as ncu takes it (engine.hpp's time_kernels). What the runner
+  // sends is bounded and reported beside the kernel time, never used for the verdict: it comes
+  // from the process that runs the side's code. Where it cannot be read the side says why.
+  void collect_hardware_times(std::vector<Timed>& timed, protocol::ProfileReport& report) {
+    const int64_t runs = request_.hardware_time_runs;
+    if (runs <= 0)
+      return;
+    constexpr int64_t kMaxKernels = 64;
+    std::optional<double> ref_ms, custom_ms;
+    for (auto& t : timed) {
+      json::object measured = [&]() -> json::object {
+        const double median_ms = tensor::compute_stats(t.samples).median;
+        const double left_ms = request_.timeout_s * 1000 - (ms_since(started_) - device_wait_ms_);
+        // Each run is a flush, the launch and the profiler's set-up around it; plus up to 5 s
+        // waiting for counters another process holds.
+        if ((median_ms + 5) * static_cast<double>(runs) * 2 + 6000 > left_ms)
+          return metrics::unavailable_report(
+              "not measured: " + std::to_string(runs) + " runs of the launch (" +
+              format_ratio(median_ms) + " ms each) would not fit in the " +
+              format_ratio(left_ms / 1000) + " s left of the job's timeout");
+        json::object ask;
+        ask["type"] = runner_msg::kHardwareTime;
+        ask["binding"] = t.binding.id;
+        ask["runs"] = runs;
+        ask["max_kernels"] = kMaxKernels;
+        try {
+          isolation::PausedProcesses others = pause_other_sides(t);
+          json::object reply = t.side->runner->call(std::move(ask), "timed by the hardware");
+          others = {};
+          if (!RunnerClient::ok(reply))
+            return metrics::unavailable_report("the kernel failed while it was timed by the "
+                                               "hardware: " +
+                                               error_of(*t.side, reply).message);
+          if (const json::value* why = reply.if_contains("unavailable"))
+            return metrics::unavailable_report(
+                why->is_string() ? std::string(why->get_string()).substr(0, 1000)
+                                 : std::string("the kernel's process gave no reason"));
+          return hardware_time_report(detail::array_field(reply, "runs"), runs, kMaxKernels,
+                                      t.side->name == "ref" ? ref_ms : custom_ms);
+        } catch (const KernelFailure& e) {
+          return metrics::unavailable_report(
+              "not measured: the other side's processes could not be stopped (" + e.error.message +
+              ")");
+        } catch (const RunnerFailure& e) {
+          return metrics::unavailable_report(
+              std::string("the kernel's process failed while it was timed by the hardware: ") +
+              e.what());
+        } catch (const detail::WireError& e) {
+          return metrics::unavailable_report(
+              std::string("the kernel's process sent hardware times keval cannot read: ") +
+              e.what());
+        }
+      }();
+      json::value& side = report.device_work[t.side->name];
+      if (!side.is_object())
+        side = json::object{};
+      side.as_object()["hardware_time"] = std::move(measured);
+    }
+    if (ref_ms && custom_ms && *custom_ms > 0)
+      report.device_work["hardware_speedup"] = *ref_ms / *custom_ms;
+  }
+
+  // A side's hardware_time from its runner's runs (each an array of its kernels' nanoseconds):
+  // every run's total, in ms, summarised as the kernel time is. `median_ms` gets the median.
+  static json::object hardware_time_report(const json::array& runs, int64_t asked,
+                                           int64_t max_kernels, std::optional<double>& median_ms) {
+    if (runs.empty() || static_cast<int64_t>(runs.size()) > asked)
+      throw detail::WireError("'runs' holds " + std::to_string(runs.size()) + " runs, " +
+                              std::to_string(asked) + " were asked for");
+    std::vector<double> totals;
+    int64_t fewest = std::numeric_limits<int64_t>::max(), most = 0;
+    for (const json::value& run : runs) {
+      const json::array* kernels = run.if_array();
+      if (kernels == nullptr || static_cast<int64_t>(kernels->size()) > max_kernels)
+        throw detail::WireError("a run is not an array of at most " + std::to_string(max_kernels) +
+                                " kernel times");
+      double total_ns = 0;
+      for (const json::value& k : *kernels) {
+        const double ns = k.is_number() ? k.to_number<double>() : -1;
+        // An hour a kernel is past any job's timeout: what is above it is not a time.
+        if (!std::isfinite(ns) || ns < 0 || ns > 3.6e12)
+          throw detail::WireError("a kernel time is not a number of nanoseconds");
+        total_ns += ns;
+      }
+      totals.push_back(total_ns / 1e6);
+      fewest = std::min<int64_t>(fewest, static_cast<int64_t>(kernels->size()));
+      most = std::max<int64_t>(most, static_cast<int64_t>(kernels->size()));
+    }
+    const tensor::RuntimeStats stats = tensor::compute_stats(totals);
+    median_ms = stats.median;
+    json::object report{{"available", true},
+                        {"median", stats.median},
+                        {"min", stats.min},
+                        {"max", stats.max},
+                        {"count", stats.count},
+                        {"kernels", most},
+                        {"method", "cupti_range_profiler"},
+                        {"metric", "gpu__time_duration.sum"}};
+    if (fewest != most)
+      report["kernels_fewest"] = fewest;
+    return report;
   }
 
   // Both sides timed by one method (seed 003's point): when one side's launch could not be

@@ -2,6 +2,7 @@
 
 #include "common/log.hpp"
 #include "protocol/blocking_channel.hpp"
+#include "request/model.hpp"
 #include "tensor/dtype.hpp"
 #include "worker/engine/engine.hpp"
 #include "worker/isolation/isolation.hpp"
@@ -212,6 +213,8 @@ private:
       return sample(binding, fds);
     if (type == runner_msg::kMetrics)
       return metrics(binding, command);
+    if (type == runner_msg::kHardwareTime)
+      return hardware_time(binding, command);
     throw WireError("unknown command '" + type + "'");
   }
 
@@ -495,6 +498,36 @@ private:
             engine_->synchronize();
           });
       reply["counters"] = to_json(counters);
+    } catch (const CountersUnavailable& e) {
+      reply["unavailable"] = e.what();
+    }
+    return reply;
+  }
+
+  // The hardware's time of every kernel one launch issues, in each of `runs` runs of its own
+  // (engine.hpp's time_kernels), after the side's timed samples; the reason where it cannot be
+  // read.
+  json::object hardware_time(Binding& binding, const json::object& command) {
+    const uint64_t runs = detail::uint_field(command, "runs");
+    if (runs == 0 || runs > static_cast<uint64_t>(request::kMaxHardwareTimeRuns))
+      throw WireError("'runs' must be 1 to " + std::to_string(request::kMaxHardwareTimeRuns));
+    const uint64_t max_kernels = detail::uint_field(command, "max_kernels");
+    json::object reply;
+    try {
+      const std::vector<std::vector<double>> measured = engine_->time_kernels(
+          runs, std::min<uint64_t>(std::max<uint64_t>(max_kernels, 1), kMaxCountedKernels),
+          [this, &binding] {
+            std::vector<ManagedTensor> outputs = launch_once(binding);
+            engine_->synchronize();
+          });
+      json::array all;
+      for (const auto& kernels : measured) {
+        json::array one;
+        for (double ns : kernels)
+          one.emplace_back(ns);
+        all.emplace_back(std::move(one));
+      }
+      reply["runs"] = std::move(all);
     } catch (const CountersUnavailable& e) {
       reply["unavailable"] = e.what();
     }

@@ -27,8 +27,12 @@
 //   trusted: sample          {binding}                  -> {ms, activity? | activity_lost?,
 //                                                          outputs[...]} + fds (returned ones;
 //                            activity: worker/engine/device_work.hpp's SampleActivity)
-//   trusted: metrics         {binding, metrics[], max_kernels, expected_ms?} -> {counters} | {unavailable}
+//   trusted: metrics         {binding, metrics[], max_kernels, expected_ms?} -> {counters} |
+//   {unavailable}
 //                            (after the timed samples: worker/engine/device_counters.hpp)
+//   trusted: hardware_time   {binding, runs, max_kernels} -> {runs: [[ns, ...], ...]} |
+//   {unavailable}
+//                            (after the timed samples: each run's kernels' gpu__time_duration)
 //   trusted: unbind          {binding}                  -> {}
 //
 // A failed command answers {ok: false, error{type, message, details}}; type "device_error" means
@@ -59,6 +63,7 @@ inline constexpr const char* kTimer = "timer";
 inline constexpr const char* kSample = "sample";
 inline constexpr const char* kUnbind = "unbind";
 inline constexpr const char* kMetrics = "metrics";
+inline constexpr const char* kHardwareTime = "hardware_time";
 
 // Frames between the two carry descriptions and summaries, never tensor data, but for `compile`:
 // it carries the side's IOContract, inline tensor data included, as the host's job frame does.

@@ -159,7 +159,10 @@ OPTIONS_SCHEMA: Dict[str, Any] = {
         "device_trace (default true), job_id (your own id), device_metrics (true, or a list "
         "of sections speed_of_light/occupancy/memory/compute/detailed: each kernel's hardware "
         "counters after timing, why it is slow: memory- or compute-bound, occupancy and its "
-        "limiters; GPU only, the result says why when there are none)."),
+        "limiters; GPU only, the result says why when there are none), hardware_time (true, or "
+        "a number of runs up to 100: each side's kernels timed again after the samples by the "
+        "hardware's counters, ncu's gpu__time_duration, in "
+        "metadata.profiling.device_work.<side>.hardware_time; GPU only)."),
     "additionalProperties": True,
 }
 

@@ -227,6 +227,48 @@ TEST_F(GamedTiming, EachSideIsTracedOrSaysWhyNot) {
   }
 }
 
+// "hardware_time": each side's launch timed again by the hardware's counters after the samples
+// (ncu's gpu__time_duration), as many runs as asked, every kernel of a run counted; on the CPU
+// each side says why there is none. Reported beside the verdict, never changing it.
+TEST_F(GamedTiming, HardwareTimeIsMeasuredPerSideOrSaysWhyNot) {
+  TempDir tmp;
+  const auto run = run_mode(
+      "compare",
+      torch_compare("reference_relu.py", source("honest_model_new.py"), {{"hardware_time", 3}}),
+      tmp.path() / "state");
+  ASSERT_TRUE(correctness(run.body)) << describe(run);
+  const auto& metadata = exec_result(run.body).at("metadata").as_object();
+  const bool on_gpu = text(metadata.at("device").at("type")) == "cuda";
+  const auto& work = metadata.at("profiling").at("device_work").as_object();
+  for (const char* side : {"ref", "custom"}) {
+    const auto& hardware = work.at(side).at("hardware_time").as_object();
+    EXPECT_EQ(hardware.at("available").as_bool(), on_gpu) << side << ": " << shown(hardware);
+    if (!on_gpu) {
+      EXPECT_NE(text(hardware.at("reason")).find("needs a CUDA device"), std::string::npos)
+          << shown(hardware);
+      continue;
+    }
+    EXPECT_EQ(hardware.at("count").to_number<int64_t>(), 3) << shown(hardware);
+    EXPECT_GE(hardware.at("kernels").to_number<int64_t>(), 1) << shown(hardware);
+    EXPECT_EQ(text(hardware.at("metric")), "gpu__time_duration.sum");
+    const double median = hardware.at("median").to_number<double>();
+    EXPECT_GT(median, 0.0) << shown(hardware);
+    EXPECT_LE(hardware.at("min").to_number<double>(), median);
+    EXPECT_GE(hardware.at("max").to_number<double>(), median);
+  }
+  EXPECT_EQ(work.contains("hardware_speedup"), on_gpu) << shown(work);
+  EXPECT_TRUE(flags_of(run.body).empty()) << json::serialize(flags_of(run.body));
+
+  // Not asked for, not measured.
+  const auto plain =
+      run_mode("compare", torch_compare("reference_relu.py", source("honest_model_new.py")),
+               tmp.path() / "plain");
+  ASSERT_TRUE(correctness(plain.body)) << describe(plain);
+  const auto& plain_work =
+      exec_result(plain.body).at("metadata").at("profiling").at("device_work").as_object();
+  EXPECT_FALSE(plain_work.at("custom").as_object().contains("hardware_time")) << shown(plain_work);
+}
+
 // The honest controls: no flag, correct, on every path the cases above take.
 TEST_F(GamedTiming, HonestCandidatesRaiseNoFlag) {
   TempDir tmp;

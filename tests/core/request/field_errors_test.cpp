@@ -77,6 +77,11 @@ const FieldErrorCase kTopLevel[] = {
     {"ThresholdAtOne", "/excessive_speedup_threshold", "1", "excessive_speedup_threshold",
      "must be > 1, got 1"},
     {"DeviceTraceString", "/device_trace", R"("no")", "device_trace", "got string"},
+    {"HardwareTimeZero", "/hardware_time", "0", "hardware_time", "must be > 0, got 0"},
+    {"HardwareTimeTooMany", "/hardware_time", "101", "hardware_time", "must be <= 100, got 101"},
+    {"HardwareTimeFraction", "/hardware_time", "2.5", "hardware_time", "integer"},
+    {"HardwareTimeString", "/hardware_time", R"("yes")", "hardware_time",
+     "must be true, false or a number of runs (1 to 100), got string"},
 };
 INSTANTIATE_TEST_SUITE_P(TopLevel, FieldErrorTest, ::testing::ValuesIn(kTopLevel),
                          [](const auto& info) { return info.param.name; });

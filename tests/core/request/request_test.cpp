@@ -225,6 +225,18 @@ TEST(TopLevel, SeedStrictAndThresholdAreRead) {
                    .device_trace);
 }
 
+TEST(TopLevel, HardwareTimeIsOffUnlessAskedForAndTrueAsksForTheDefaultRuns) {
+  const auto runs = [](const char* value) {
+    return parse_request(with(minimal_request(), "/hardware_time", value), Mode::evaluate)
+        .hardware_time_runs;
+  };
+  EXPECT_EQ(parse_request(minimal_request(), Mode::evaluate).hardware_time_runs, 0);
+  EXPECT_EQ(runs("true"), kDefaultHardwareTimeRuns);
+  EXPECT_EQ(runs("false"), 0);
+  EXPECT_EQ(runs("3"), 3);
+  EXPECT_EQ(runs("100"), kMaxHardwareTimeRuns);
+}
+
 TEST(TopLevel, LimitsAreInclusive) {
   json::value doc = with(with(minimal_request(), "/num_trials", "100000"), "/timeout", "86400");
   EvalRequest request = parse_request(doc, Mode::evaluate);

@@ -191,6 +191,19 @@ TEST(DeviceMetricsReport, AnUnreplayedRunGivesTheDurationTheBytesAndWhatFollows)
   json::object bad = to_json(c);
   bad["kernels"].as_array()[0].as_object()["unreplayed"].as_object()["duration_ns"] = -1;
   EXPECT_THROW(device_counters_from_json(bad), std::invalid_argument);
+  EXPECT_NE(std::string(report.at("durations_and_dram_bytes").as_string())
+                .find("durations are gpu__time_duration"),
+            std::string::npos)
+      << json::serialize(report.at("durations_and_dram_bytes"));
+
+  // Where gpu__time_duration could not be read, the durations are the trace's and the report
+  // says why.
+  c.trace_durations = "the launch ran more than 2 kernels";
+  const json::object traced = metrics::build_report(all_sections(), c, "");
+  const std::string source(traced.at("durations_and_dram_bytes").as_string());
+  EXPECT_NE(source.find("durations are the trace's intervals"), std::string::npos) << source;
+  EXPECT_NE(source.find("the launch ran more than 2 kernels"), std::string::npos) << source;
+  EXPECT_EQ(device_counters_from_json(to_json(c)).trace_durations, c.trace_durations);
 }
 
 TEST(DeviceCountersWire, RoundTripsAndRejectsWhatARunnerShouldNotSend) {

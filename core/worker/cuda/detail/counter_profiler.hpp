@@ -45,6 +45,19 @@ DeviceCounters collect_counters(CUcontext context, int device_ordinal,
                                 const std::function<void()>& before_pass,
                                 const std::function<void()>& run);
 
+// Each kernel's `gpu__time_duration.sum` (ns) in each of `runs` runs of a launch, in launch order:
+// the metric ncu's Duration is, read the way ncu reads it, from the timestamps the command stream
+// writes around each launch (so the front end's processing of the launch is in it, unlike a
+// trace interval, which runs from the grid's first block to its last). Every run is counted
+// unreplayed: the metric needs one pass, so the range profiler runs in user replay, one pass per
+// run, with nothing saved or restored, after `before` (the engine's L2 flush, as ncu's cache
+// control). Automatic ranges serialise the launch's kernels, as ncu does. Throws
+// CountersUnavailable when the counters cannot be read.
+std::vector<std::vector<double>> time_kernels(CUcontext context, int device_ordinal, size_t runs,
+                                              size_t max_kernels,
+                                              const std::function<void()>& before,
+                                              const std::function<void()>& run);
+
 // DRAM traffic of the whole device over one interval, from PM sampling.
 struct TrafficSample {
   uint64_t start_ns = 0, end_ns = 0; // CUPTI's clock, as the activity trace's timestamps
