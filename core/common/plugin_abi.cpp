@@ -7,7 +7,7 @@ namespace keval {
 
 namespace {
 
-constexpr std::array<std::pair<uint32_t, const char*>, 7> kCapabilityNames{{
+constexpr std::array<std::pair<uint32_t, const char*>, 8> kCapabilityNames{{
     {KEVAL_CAP_REQUIRES_IO_CONTRACT, "requires_io_contract"},
     {KEVAL_CAP_DEFAULT_INPUTS, "default_inputs"},
     {KEVAL_CAP_DEVICE_CUDA, "cuda"},
@@ -15,6 +15,7 @@ constexpr std::array<std::pair<uint32_t, const char*>, 7> kCapabilityNames{{
     {KEVAL_CAP_RETURNS_OUTPUTS, "returns_outputs"},
     {KEVAL_CAP_NEEDS_PYTHON, "python"},
     {KEVAL_CAP_PROGRAM, "program"},
+    {KEVAL_CAP_ONE_STREAM, "one_stream"},
 }};
 
 } // namespace

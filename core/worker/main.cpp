@@ -18,6 +18,7 @@
 #include "protocol/job_contract.hpp"
 #include "protocol/sandbox_policy.hpp"
 #include "worker/conformance/abi_checks.hpp"
+#include "worker/engine/work_queues.hpp"
 #include "worker/isolation/isolation.hpp"
 #include "worker/isolation/sandbox.hpp"
 #include "worker/pipeline/pipeline.hpp"
@@ -255,6 +256,10 @@ int serve_one_job(int fd, const std::vector<std::string>& prewarm_paths,
   // This process decides the verdict and never runs user code: nothing of another process may
   // read or write it, and whatever the runners leave behind is reparented to it and ended.
   const boost::json::object layers = keval::worker::isolation::protect_trusted_process();
+  // Its one stream needs one hardware work queue: its context costs half as much to make and
+  // end (worker/engine/work_queues.hpp). Before any thread or CUDA call; its runners do not
+  // inherit it.
+  keval::worker::use_one_work_queue();
   // Frames from the host are summaries but for the job, which carries the whole request.
   keval::protocol::BlockingChannel channel(fd, "host", keval::protocol::kMaxJobFrameBytes);
   try {

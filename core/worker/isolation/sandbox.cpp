@@ -2,6 +2,7 @@
 
 #include "common/control_file.hpp"
 #include "common/remove_tree.hpp"
+#include "worker/engine/work_queues.hpp"
 
 #include "worker/isolation/detail/landlock.hpp"
 #include "worker/isolation/detail/seccomp.hpp"
@@ -373,7 +374,7 @@ std::vector<std::string> sandbox_environment(const SandboxPolicy& policy) {
     for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
       const std::string_view entry(*e);
       if (entry.rfind("KEVAL_CACHE_READ_ONLY=", 0) != 0 &&
-          entry.rfind("KEVAL_PRIVATE_CACHE_DIR=", 0) != 0)
+          entry.rfind("KEVAL_PRIVATE_CACHE_DIR=", 0) != 0 && !is_own_work_queue_setting(entry))
         env.emplace_back(entry);
     }
     add_cache_view(policy, env);
@@ -382,7 +383,8 @@ std::vector<std::string> sandbox_environment(const SandboxPolicy& policy) {
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string_view entry(*e);
     const auto eq = entry.find('=');
-    if (eq != std::string_view::npos && allowed(entry.substr(0, eq)))
+    if (eq != std::string_view::npos && allowed(entry.substr(0, eq)) &&
+        !is_own_work_queue_setting(entry))
       env.emplace_back(entry);
   }
   const fs::path dir = policy.runner_dir;

@@ -5,6 +5,7 @@
 #include "request/model.hpp"
 #include "tensor/dtype.hpp"
 #include "worker/engine/engine.hpp"
+#include "worker/engine/work_queues.hpp"
 #include "worker/isolation/isolation.hpp"
 #include "worker/isolation/sandbox.hpp"
 #include "worker/pipeline/arguments.hpp"
@@ -103,14 +104,31 @@ public:
   // that no job of the set needs would cost every CUDA job its turn. Returns whether it did.
   bool prepare_engine() {
 #ifdef KEVAL_HAVE_CUDA
+    bool cuda = false, one_stream = true;
     for (const auto& [path, plugin] : plugins_)
       if (plugin->has(KEVAL_CAP_DEVICE_CUDA)) {
-        opener_.start(EngineUse::runner);
-        return true;
+        cuda = true;
+        one_stream = one_stream && plugin->has(KEVAL_CAP_ONE_STREAM);
       }
+    if (cuda) {
+      open_device(one_stream);
+      return true;
+    }
 #endif
     return false;
   }
+
+#ifdef KEVAL_HAVE_CUDA
+  // Starts opening the device, with one hardware work queue where every kernel type this runner
+  // may run launches only on keval's stream (KEVAL_CAP_ONE_STREAM, worker/engine/work_queues.hpp).
+  void open_device(bool one_stream) {
+    if (opener_.started())
+      return; // its queues were chosen when it was
+    if (one_stream)
+      use_one_work_queue();
+    opener_.start(EngineUse::runner);
+  }
+#endif
 
   void hello(json::object hello) {
     hello["type"] = runner_msg::kHello;
@@ -223,7 +241,7 @@ private:
 #ifdef KEVAL_HAVE_CUDA
     // The device is opened beside the compile instead of after the grant (see EngineOpener).
     if (plugin_->has(KEVAL_CAP_DEVICE_CUDA))
-      opener_.start(EngineUse::runner);
+      open_device(plugin_->has(KEVAL_CAP_ONE_STREAM));
 #endif
     json::object manifest;
     manifest["kernel_type"] = plugin_->manifest().kernel_type;

@@ -189,7 +189,8 @@ keval_manifest cuda_manifest() {
   return sdk::make_manifest("cuda", "1.0.0",
                             "CUDA C++ kernels: NVRTC to a CUBIN, launched with the IOContract's "
                             "grid and block",
-                            KEVAL_CAP_DEVICE_CUDA | KEVAL_CAP_REQUIRES_IO_CONTRACT);
+                            KEVAL_CAP_DEVICE_CUDA | KEVAL_CAP_REQUIRES_IO_CONTRACT |
+                                KEVAL_CAP_ONE_STREAM);
 }
 
 CompiledKernel compile_cuda_source(const sdk::CompileInput& input) {

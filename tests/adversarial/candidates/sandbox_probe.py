@@ -85,6 +85,8 @@ report = {
     "cwd": os.getcwd(),
     "home": os.environ.get("HOME"),
     "secret_variable": os.environ.get("KEVAL_ADVERSARIAL_SECRET"),
+    "work_queues": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
+    "work_queue_marker": os.environ.get("KEVAL_ONE_WORK_QUEUE"),
     "no_new_privs": status_field("NoNewPrivs"),
     "seccomp": status_field("Seccomp"),
     "cap_eff": status_field("CapEff"),

@@ -248,6 +248,15 @@ TEST_F(Sandbox, UserCodeRunsAsAUidOfItsOwnWithTheJobGroupWhenKevalIsRoot) {
 TEST_F(Sandbox, TheEnvironmentIsScrubbedAndHomeIsItsOwnDirectory) {
   EXPECT_TRUE(probe().probe.at("secret_variable").is_null())
       << "a variable of keval's environment reached user code";
+  // The trusted worker's one hardware work queue (worker/engine/work_queues.hpp) is its own: a
+  // Python kernel's streams are not serialised. An operator's own number would be passed on.
+  const char* operators = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (operators == nullptr) {
+    EXPECT_TRUE(probe().probe.at("work_queues").is_null()) << shown(probe().probe);
+  } else {
+    EXPECT_EQ(probe().probe.at("work_queues"), json::value(operators)) << shown(probe().probe);
+  }
+  EXPECT_TRUE(probe().probe.at("work_queue_marker").is_null()) << shown(probe().probe);
   const std::string cwd(probe().probe.at("cwd").as_string());
   EXPECT_EQ(probe().probe.at("home").as_string(), cwd);
   EXPECT_EQ(fs::path(cwd).parent_path(), fs::weakly_canonical(probe().state / "work")) << cwd;

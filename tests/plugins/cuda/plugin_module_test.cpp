@@ -54,7 +54,9 @@ TEST_F(CudaPluginModule, ExportsOnlyItsEntryPointAndDescribesItself) {
   const keval_manifest* m = api_->manifest();
   ASSERT_NE(m, nullptr);
   EXPECT_STREQ(m->kernel_type, "cuda");
-  EXPECT_EQ(m->capabilities, KEVAL_CAP_DEVICE_CUDA | KEVAL_CAP_REQUIRES_IO_CONTRACT);
+  EXPECT_EQ(m->capabilities,
+            KEVAL_CAP_DEVICE_CUDA | KEVAL_CAP_REQUIRES_IO_CONTRACT | KEVAL_CAP_ONE_STREAM)
+      << "device code only, launched on keval's stream: one work queue suffices";
   EXPECT_EQ(api_->default_inputs, nullptr);
 }
 
