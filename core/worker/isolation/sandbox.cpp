@@ -274,6 +274,7 @@ const char* const kAllowedVariables[] = {"PATH",
                                          "OPENBLAS_NUM_THREADS",
                                          "KEVAL_PYTHON",
                                          "KEVAL_LOG_LEVEL",
+                                         "KEVAL_ONE_WORK_QUEUE",
                                          "ASAN_OPTIONS",
                                          "UBSAN_OPTIONS",
                                          "LSAN_OPTIONS"};

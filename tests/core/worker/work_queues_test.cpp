@@ -73,6 +73,18 @@ TEST_F(WorkQueues, AnOperatorsOwnNumberIsKeptAndPassedOn) {
   }
 }
 
+TEST_F(WorkQueues, TheOperatorCanLeaveEveryProcessAtTheDriversDefault) {
+  ::setenv(kMarker, "0", 1);
+  use_one_work_queue();
+  EXPECT_EQ(std::getenv(kConnections), nullptr);
+  for (const auto mode : {protocol::SandboxMode::standard, protocol::SandboxMode::off}) {
+    const std::vector<std::string> env = child_environment(mode);
+    EXPECT_FALSE(names(env, kConnections));
+    EXPECT_NE(std::find(env.begin(), env.end(), std::string(kMarker) + "=0"), env.end())
+        << "a runner must see the choice too";
+  }
+}
+
 TEST_F(WorkQueues, OnlyTheExactVariablesAreKevalsOwn) {
   use_one_work_queue();
   EXPECT_TRUE(is_own_work_queue_setting("CUDA_DEVICE_MAX_CONNECTIONS=1"));
