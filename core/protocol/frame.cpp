@@ -1,5 +1,7 @@
 #include "protocol/frame.hpp"
 
+#include "common/json_numbers.hpp"
+
 #include <cstring>
 
 #include <boost/json/parse.hpp>
@@ -21,6 +23,8 @@ std::string printable_prefix(std::string_view bytes) {
 std::string encode_frame(boost::json::object message, size_t max_bytes) {
   if (!message.contains("v"))
     message["v"] = kProtocolVersion;
+  if (const auto at = non_finite_number_at(message))
+    throw ProtocolError("message holds a number JSON cannot carry (inf or NaN) at " + *at);
   std::string payload = boost::json::serialize(message);
   if (payload.size() > max_bytes)
     throw ProtocolError("frame of " + std::to_string(payload.size()) + " bytes exceeds the " +
@@ -68,6 +72,8 @@ std::optional<boost::json::object> FrameDecoder::next() {
     throw ProtocolError("frame is not valid JSON: " + ec.message());
   if (!value.is_object())
     throw ProtocolError("frame is not a JSON object");
+  if (const auto at = non_finite_number_at(value))
+    throw ProtocolError("frame holds a number beyond a double's range at " + *at);
   auto& object = value.as_object();
   const auto* version = object.if_contains("v");
   const bool version_ok =

@@ -2,6 +2,8 @@
 // an IOContract (arguments, tensors, launch) live in detail/.
 #include "request/parse.hpp"
 
+#include "common/json_numbers.hpp"
+
 #include "request/detail/io_parse.hpp"
 #include "request/detail/json_reader.hpp"
 
@@ -357,6 +359,11 @@ EvalRequest parse_request(const boost::json::value& doc, EvalRequest::Mode mode,
   parse_kernels(request, reader, ctx);
   parse_settings(request, reader, limits);
   reader.warn_unknown_fields();
+  // Fields keval reads refuse a non-finite number themselves; this catches the rest (an unknown
+  // field, a reference's metadata), which would otherwise reach the job's frame.
+  if (const auto at = non_finite_number_at(doc))
+    throw RequestError(*at, "must be a finite number (a literal beyond a double's range reads as "
+                            "infinity)");
   request.original = doc.get_object();
   return request;
 }

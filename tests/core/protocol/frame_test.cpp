@@ -1,6 +1,8 @@
 #include "protocol/blocking_channel.hpp"
 #include "protocol/frame.hpp"
 
+#include <cmath>
+
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -80,6 +82,43 @@ TEST(FrameCodec, LargeFramesSurviveBufferCompaction) {
     }
     EXPECT_EQ(seen, 50) << "chunk " << chunk;
   }
+}
+
+// Numbers JSON text cannot carry: Boost.JSON writes inf and NaN as Infinity and NaN, which no
+// parser reads back, and parses a literal beyond a double's range as inf. Neither is sent nor
+// accepted, and the error names where it was (found by the frame fuzzer: "pi": 8e322).
+TEST(FrameCodec, ANumberBeyondADoubleNeitherLeavesNorEnters) {
+  boost::json::object m = message("hello");
+  m["stats"] = boost::json::object{{"runs", boost::json::array{1.0, std::nan("")}}};
+  try {
+    encode_frame(m);
+    FAIL() << "NaN encoded";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("at stats.runs[1]"), std::string::npos) << e.what();
+  }
+  m["stats"] = -HUGE_VAL;
+  EXPECT_THROW(encode_frame(m), ProtocolError);
+
+  const std::string payload = R"({"type": "hello", "v": 1, "pid": 8e322})";
+  std::string frame = "KEV1";
+  const auto n = static_cast<uint32_t>(payload.size());
+  for (int shift : {24, 16, 8, 0})
+    frame += static_cast<char>((n >> shift) & 0xff);
+  frame += payload;
+  FrameDecoder decoder;
+  decoder.feed(frame);
+  try {
+    decoder.next();
+    FAIL() << "a number beyond a double accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("beyond a double's range at pid"), std::string::npos)
+        << e.what();
+  }
+  // 1e308 is a double: it goes and comes back.
+  m["stats"] = 1e308;
+  FrameDecoder again;
+  again.feed(encode_frame(m));
+  EXPECT_EQ(again.next()->at("stats").as_double(), 1e308);
 }
 
 TEST(FrameCodec, RejectsGarbageAtFirstByte) {

@@ -77,6 +77,8 @@ const FieldErrorCase kTopLevel[] = {
     {"ThresholdAtOne", "/excessive_speedup_threshold", "1", "excessive_speedup_threshold",
      "must be > 1, got 1"},
     {"DeviceTraceString", "/device_trace", R"("no")", "device_trace", "got string"},
+    {"UnknownFieldBeyondADouble", "/unknown_big", "8e322", "unknown_big",
+     "must be a finite number"},
     {"HardwareTimeZero", "/hardware_time", "0", "hardware_time", "must be > 0, got 0"},
     {"HardwareTimeTooMany", "/hardware_time", "101", "hardware_time", "must be <= 100, got 101"},
     {"HardwareTimeFraction", "/hardware_time", "2.5", "hardware_time", "integer"},
