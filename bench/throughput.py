@@ -24,9 +24,9 @@ sequence: with --warm-sequence N, N back-to-back compares of --sequence-request 
           examples/torch_cuda_kernelbench_add.json) from one client through a daemon of its own,
           after one unmeasured cold compare (a pool that does not refill ahead of demand shows as
           a maximum far above the median; issue 17 asks for the maximum within 2x the median at
-          N = 20). The default's candidate is a load_inline extension, built in each job's own
-          private cache (a candidate never writes a cache another job reads), so its build
-          dominates each job; examples/torch_kernelbench_compare.json has no build.
+          N = 20). The default's candidate is a load_inline extension, built once by the
+          trusted worker and reused by every later job; examples/torch_kernelbench_compare.json
+          has no build.
 fresh:    each job in a process of its own, sequentially: a KernelBench-style problem in a fresh
           Python doing what KernelBench's eval_kernel_against_ref does (import torch, build both
           models seeded alike, 5 correctness trials, 100 timed trials with CUDA events; the

@@ -60,8 +60,9 @@ struct SandboxPolicy {
   std::string private_dir;
   // Writable beyond the runner's own directory (the torch_cuda build cache): a reference's
   // runner only. A candidate's runner gets the same directories in shared_readonly instead
-  // (worker/isolation/sandbox.hpp, policy_for_side): what it builds stays its own, so no
-  // candidate can change what another job's build loads.
+  // (worker/isolation/sandbox.hpp, policy_for_side): what it builds stays its own (what the
+  // trusted worker builds for it is kept in private_dir), so no candidate can change what
+  // another job's build loads.
   std::vector<std::string> shared_writable;
   std::vector<std::string> shared_readonly;
   // Filled by the trusted worker for one runner:

@@ -101,17 +101,18 @@ const registry::Registry& built_registry() {
 }
 
 result::Response run_request(const json::object& request, bool compare,
-                             const registry::Registry& registry) {
+                             const registry::Registry& registry, const fs::path& state_dir) {
   const auto mode =
       compare ? request::EvalRequest::Mode::compare : request::EvalRequest::Mode::evaluate;
   const auto parsed = request::parse_request(request, mode);
   job::check_against_registry(parsed, registry);
-  TempDir state;
-  const store::JobStore store(state.path() / "jobs");
+  TempDir temporary;
+  const fs::path state = state_dir.empty() ? temporary.path() : state_dir;
+  const store::JobStore store(state / "jobs");
   job::RunOptions options;
   options.worker_exe = worker_exe();
-  options.work_root = state.path() / "work";
-  options.sandbox = supervisor::prepare_host_sandbox({}, state.path());
+  options.work_root = state / "work";
+  options.sandbox = supervisor::prepare_host_sandbox({}, state);
   options.grant_device = [](const json::array& types, auto grant) {
     grant(json::object{{"device", json::object{{"type", types.front()}, {"index", 0}}}});
   };

@@ -48,9 +48,11 @@ const registry::Registry& fault_registry();
 const registry::Registry& built_registry();
 
 // Runs a request through keval's job runner (the CLI's path, in-process); the device granted is
-// the first type the worker offers, index 0.
+// the first type the worker offers, index 0. `state_dir`: the state directory (its build caches
+// kept between requests), else a fresh one removed afterwards.
 result::Response run_request(const boost::json::object& request, bool compare,
-                             const registry::Registry& registry = fault_registry());
+                             const registry::Registry& registry = fault_registry(),
+                             const std::filesystem::path& state_dir = {});
 
 // Runs the keval CLI with `args`; returns its exit code and output.
 supervisor::CommandResult run_keval(const std::vector<std::string>& args,

@@ -39,7 +39,8 @@ namespace keval::worker::isolation {
 protocol::SandboxPolicy place_runner(const protocol::SandboxPolicy& policy);
 
 // The policy of a runner for `side`: the reference's ("ref") as given; any other (the
-// candidate, a whole program's solution and harness) gets the shared build cache read-only, so
+// candidate, a whole program's solution and harness, the trusted worker's builder of
+// pipeline/extension_builds.hpp) gets the shared build cache read-only, so
 // that nothing its user code writes is ever loaded by another job (a planted library, header or
 // precompiled header would otherwise run in every later build of its key).
 protocol::SandboxPolicy policy_for_side(protocol::SandboxPolicy policy, const std::string& side);

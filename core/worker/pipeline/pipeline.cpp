@@ -20,6 +20,7 @@
 #include "worker/metrics/device_metrics.hpp"
 #include "worker/pipeline/arguments.hpp"
 #include "worker/pipeline/detail/runner_buffers.hpp"
+#include "worker/pipeline/extension_builds.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
 #include "worker/runner/detail/wire.hpp"
 #include "worker/runner/runner_client.hpp"
@@ -422,6 +423,7 @@ private:
   bool compile_all() {
     std::vector<int64_t> pending;
     std::vector<Clock::time_point> started;
+    serve_extension_builds();
     // A runner writes only its own directory (its sandbox), so that is the plugin's work_dir.
     const int64_t cpu_seconds =
         job_.timeout_ms > 0
@@ -497,6 +499,27 @@ private:
     }
     send_phase(protocol::Phase::compiled, json::value_from(report));
     return report.ok;
+  }
+
+  // A runner that may not write the shared build cache (the candidate's: policy_for_side) asks
+  // this process for its torch_cuda extensions, which are built and kept where no runner can
+  // write (extension_builds.hpp), when the job has that type at all.
+  void serve_extension_builds() {
+    const auto plugin = job_.plugins.find("torch_cuda");
+    if (plugin == job_.plugins.end())
+      return;
+    const std::string& private_dir = custom().runner->place().private_dir;
+    extension_builds_ = std::make_unique<ExtensionBuilds>(
+        runners_, plugin->second, cuda_arch_,
+        private_dir.empty() ? std::filesystem::path()
+                            : std::filesystem::path(private_dir) / "cache" / "torch_cuda",
+        private_dir.empty() ? "no state directory to keep it in" : "");
+    ExtensionBuilds* builds = extension_builds_.get();
+    for (auto& side : sides_)
+      if (side->name != "ref")
+        side->runner->serve_requests(
+            [builds](const json::object& request) { return builds->answer(request); },
+            kMaxBuildRequests);
   }
 
   // The candidate's runner also compiles the reference's source (never running its kernel) when
@@ -1883,6 +1906,7 @@ private:
   // What the candidate's outputs may take (output_budget), from the reference's in validation.
   uint64_t custom_output_budget_ = kWithoutReference;
   int cuda_arch_ = job_.cuda_arch; // 0 until known
+  std::unique_ptr<ExtensionBuilds> extension_builds_;
   bool cuda_usable_ = false;
   std::string cuda_reason_;
 };

@@ -43,7 +43,8 @@ JobSpec parse_job(const boost::json::object& frame);
 class RunnerSource {
 public:
   virtual ~RunnerSource() = default;
-  // A runner for `side` ("ref" or "custom") whose hello has arrived. Throws when none can start.
+  // A runner for `side` ("ref" or "custom", or "build": the builder of extension_builds.hpp,
+  // which runs no user code) whose hello has arrived. Throws when none can start.
   virtual std::unique_ptr<RunnerClient> take(const std::string& side) = 0;
   // What the runner said in its hello about the layers it applied to itself.
   virtual boost::json::object hello_of(const RunnerClient& runner) = 0;

@@ -5,10 +5,10 @@
 #include "protocol/job_contract.hpp"
 #include "request/program.hpp"
 #include "supervisor/process.hpp"
+#include "worker/artifacts/artifact_cache.hpp"
 #include "worker/engine/device_counters.hpp"
 #include "worker/isolation/isolation.hpp"
 #include "worker/metrics/device_metrics.hpp"
-#include "worker/program/artifact_cache.hpp"
 #include "worker/program/step_process.hpp"
 #include "worker/program/timing.hpp"
 #include "worker/runner/program_commands.hpp"
@@ -36,7 +36,6 @@ namespace {
 namespace json = boost::json;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-using program::ArtifactCache;
 
 constexpr size_t kOutputCap = 64u << 10; // per stream: the first and the last 32 KiB
 constexpr size_t kMaxProfileBytes = 16u << 20;

@@ -198,7 +198,8 @@ private:
   json::object dispatch(const std::string& type, const json::object& command,
                         std::vector<int>& fds) {
     if (type == runner_msg::kLoad)
-      return load_plugin(detail::string_field(command, "plugin"));
+      return load_plugin(detail::string_field(command, "plugin"),
+                         !command.contains("device") || detail::bool_field(command, "device"));
     if (type == runner_msg::kCompanion)
       return compile_companion(command);
     // A whole program's workspace (program_commands.hpp): no plugin code runs for it.
@@ -236,12 +237,15 @@ private:
     throw WireError("unknown command '" + type + "'");
   }
 
-  json::object load_plugin(const std::string& path) {
+  // `device`: false for the trusted worker's builder, which never binds one.
+  json::object load_plugin(const std::string& path, bool device) {
     plugin_ = &load(path);
 #ifdef KEVAL_HAVE_CUDA
     // The device is opened beside the compile instead of after the grant (see EngineOpener).
-    if (plugin_->has(KEVAL_CAP_DEVICE_CUDA))
+    if (device && plugin_->has(KEVAL_CAP_DEVICE_CUDA))
       open_device(plugin_->has(KEVAL_CAP_ONE_STREAM));
+#else
+    (void)device;
 #endif
     json::object manifest;
     manifest["kernel_type"] = plugin_->manifest().kernel_type;
@@ -658,6 +662,9 @@ int run_runner(int channel_fd, const std::vector<std::string>& prewarm,
     json::object hello;
     int channel = channel_fd;
     hello["isolation"] = isolation::apply_sandbox(sandbox, &channel);
+    // For a plugin that asks the trusted worker for a build while it compiles (the torch_cuda
+    // type's load_inline): set before any plugin starts its interpreter.
+    ::setenv(runner_msg::kChannelFdVariable, std::to_string(channel).c_str(), 1);
     Runner runner(channel);
     runner.prewarm(prewarm, hello);
     runner.hello(std::move(hello));

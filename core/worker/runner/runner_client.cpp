@@ -174,15 +174,21 @@ int64_t RunnerClient::send(json::object command, const std::string& doing,
 
 json::object RunnerClient::reply(const std::string& type, int64_t seq, const std::string& doing) {
   json::object reply;
-  try {
-    reply = receive(doing);
-  } catch (const protocol::ProtocolError& e) {
-    const std::string what = e.what();
-    if (what.find("closed the channel") != std::string::npos)
+  for (;;) {
+    try {
+      reply = receive(doing);
+    } catch (const protocol::ProtocolError& e) {
+      const std::string what = e.what();
+      if (what.find("closed the channel") != std::string::npos)
+        fail(doing, wait_for_exit());
+      fail(doing, "sent an invalid message (" + what + ")");
+    } catch (const std::system_error&) {
       fail(doing, wait_for_exit());
-    fail(doing, "sent an invalid message (" + what + ")");
-  } catch (const std::system_error&) {
-    fail(doing, wait_for_exit());
+    }
+    const json::value* kind = reply.if_contains("type");
+    if (kind == nullptr || *kind != runner_msg::kBuildRequest)
+      break;
+    answer_request(reply, doing);
   }
   const json::value* kind = reply.if_contains("type");
   const json::value* answered = reply.if_contains("for");
@@ -192,6 +198,24 @@ json::object RunnerClient::reply(const std::string& type, int64_t seq, const std
       echoed->as_int64() != seq)
     fail(doing, "sent a reply out of turn (" + json::serialize(reply).substr(0, 200) + ")");
   return reply;
+}
+
+void RunnerClient::answer_request(const json::object& request, const std::string& doing) {
+  channel_->drop_unclaimed_fds(); // a request carries none
+  if (!handler_)
+    fail(doing, "asked for a build, which keval does not serve to this side");
+  if (++requests_ > max_requests_)
+    fail(doing, "asked for more than " + std::to_string(max_requests_) + " builds");
+  Answer answer = handler_(request);
+  answer.reply["type"] = runner_msg::kBuildReply;
+  std::vector<int> fds;
+  for (const UniqueFd& fd : answer.fds)
+    fds.push_back(fd.get());
+  try {
+    channel_->send(std::move(answer.reply), fds);
+  } catch (const std::system_error&) {
+    fail(doing, wait_for_exit());
+  }
 }
 
 void RunnerClient::post(json::object command) {

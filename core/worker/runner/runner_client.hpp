@@ -7,6 +7,7 @@
 #include "protocol/sandbox_policy.hpp"
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -63,6 +64,22 @@ public:
   int64_t send(boost::json::object command, const std::string& doing,
                const std::vector<int>& fds = {});
   boost::json::object reply(const std::string& type, int64_t seq, const std::string& doing);
+  // What the trusted worker answers a request the runner makes while one of its commands runs
+  // (runner_protocol.hpp: build_request): the reply and the descriptors that go with it.
+  struct Answer {
+    boost::json::object reply;
+    std::vector<UniqueFd> fds;
+  };
+  using RequestHandler = std::function<Answer(const boost::json::object& request)>;
+  // reply() answers the runner's requests with `handler`, at most `max_requests` of them in the
+  // runner's life; without a handler, or past that many, a request fails the runner. The
+  // handler answers whatever it is sent (the runner may run user code): it never throws for
+  // what a request holds.
+  void serve_requests(RequestHandler handler, size_t max_requests) {
+    handler_ = std::move(handler);
+    max_requests_ = max_requests;
+  }
+
   // Sends without waiting for an answer (unbind).
   void post(boost::json::object command);
   // Descriptors that came with the last reply.
@@ -91,8 +108,14 @@ private:
   protocol::SandboxPolicy place_;
   bool reaped_ = false;
   std::string side_ = "runner";
+  // Answers one request that came while `doing`.
+  void answer_request(const boost::json::object& request, const std::string& doing);
+
   std::unique_ptr<protocol::BlockingChannel> channel_;
   int64_t next_seq_ = 1;
+  RequestHandler handler_;
+  size_t max_requests_ = 0;
+  size_t requests_ = 0;
 };
 
 } // namespace keval::worker

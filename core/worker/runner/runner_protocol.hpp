@@ -38,6 +38,26 @@
 // A failed command answers {ok: false, error{type, message, details}}; type "device_error" means
 // the kernel broke its device.
 //
+// One request goes the other way, while a command runs (the runner is inside `compile` or
+// `companion`, its plugin's load_inline asking):
+//   runner:  build_request   {kind: "torch_cuda_extension", module, toolchain{...},
+//                             extension{...}}
+//   trusted: build_reply     {ok: true, module, cache: "reused" | "built", key, seconds,
+//                             steps?, not_kept?} + fd (the library, read-only)
+//                             | {ok: false, failed{message, output, steps}} (the build failed:
+//                             the compiler's output) | {ok: false, unavailable} (keval cannot
+//                             build it: the runner may) | {ok: false, refused} (malformed: the
+//                             field's path)
+// The trusted worker builds it in a runner of its own that runs no user code, keeps it in a cache
+// only it writes, keyed by everything the request says (pipeline/extension_builds.hpp), and
+// answers at most kMaxBuildRequests of one runner; a runner it serves no builds to, or one that
+// asks more often, is failed.
+// The runner learns its channel's descriptor from KEVAL_RUNNER_CHANNEL_FD.
+//
+// The trusted worker's own builder runner is asked `load {plugin, device: false}` (no context
+// opened) and `compile {..., side: "build"}`, whose source_code is the request above; its
+// info.build.library names the library it left in its directory.
+//
 // Returned tensors ({dtype, shape, bytes, fd: bool, reuse?: bool}, detail/wire.hpp) travel in
 // shared buffers. A runner keeps the buffers of its last reply of each kind ("outputs" of launch
 // and sample, "tensors" of default_inputs) and writes the next reply's tensor at the same place,
@@ -64,6 +84,11 @@ inline constexpr const char* kSample = "sample";
 inline constexpr const char* kUnbind = "unbind";
 inline constexpr const char* kMetrics = "metrics";
 inline constexpr const char* kHardwareTime = "hardware_time";
+inline constexpr const char* kBuildRequest = "build_request";
+inline constexpr const char* kBuildReply = "build_reply";
+inline constexpr const char* kBuildSide = "build";
+// Where a runner finds its channel (apply_sandbox moves it to a high descriptor).
+inline constexpr const char* kChannelFdVariable = "KEVAL_RUNNER_CHANNEL_FD";
 
 // Frames between the two carry descriptions and summaries, never tensor data, but for `compile`:
 // it carries the side's IOContract, inline tensor data included, as the host's job frame does.

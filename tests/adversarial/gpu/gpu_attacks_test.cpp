@@ -97,6 +97,39 @@ TEST_F(GpuAttack, TorchCudaModelFoundThroughTheGarbageCollectorIsNotTheReference
   expect_cli_kernel_failure(run, "the candidate returns its input");
 }
 
+// The build service by hand (forge_build_requests.py) in a torch_cuda job, where keval serves
+// builds: a request claiming another toolchain is built for nothing and kept nowhere (an entry
+// under it would be loaded by a later job that has that toolchain), and more requests than a
+// runner may make end it. Either way the candidate fails.
+TEST_F(GpuAttack, TorchCudaBuildRequestsByHandBuildNothingThatIsKept) {
+  require("torch", "torch");
+  require("torch_cuda");
+  if (IsSkipped())
+    return;
+  TempDir tmp;
+  const auto lie = run_cli(relu_compare(source("forge_build_requests.py", {{"MODE", "lie"}}),
+                                        unique_id("build-lie"), "torch_cuda"),
+                           tmp.path() / "state");
+  ASSERT_FALSE(lie.body.empty()) << describe(lie);
+  expect_cli_kernel_failure(lie, "a lying build request");
+  EXPECT_NE(shown(lie.body, 100000).find("toolchain is not this machine"), std::string::npos)
+      << shown(lie.body);
+  size_t kept = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(tmp.path() / "state" / "cache", ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+    kept += it->path().filename() == "manifest.json";
+  EXPECT_EQ(kept, 0u) << "an entry was kept for a request keval refused to build";
+
+  const auto flood = run_cli(relu_compare(source("forge_build_requests.py", {{"MODE", "flood"}}),
+                                          unique_id("build-flood"), "torch_cuda"),
+                             tmp.path() / "state");
+  ASSERT_FALSE(flood.body.empty()) << describe(flood);
+  expect_cli_kernel_failure(flood, "a flood of build requests");
+  EXPECT_NE(shown(flood.body, 100000).find("asked for more than 32 builds"), std::string::npos)
+      << shown(flood.body);
+}
+
 TEST_F(GpuAttack, TritonSourceForgingFramesAtImportMakesNoVerdict) {
   require("torch", "torch");
   require("triton", "triton");

@@ -29,7 +29,7 @@ TEST(CacheView, OnlyTheReferenceWritesTheSharedCache) {
   const protocol::SandboxPolicy ref = policy_for_side(base(), "ref");
   EXPECT_EQ(ref.shared_writable, std::vector<std::string>{"/var/cache/keval"});
   EXPECT_TRUE(ref.shared_readonly.empty());
-  for (const char* side : {"custom", "harness", ""}) {
+  for (const char* side : {"custom", "harness", "build", ""}) {
     const protocol::SandboxPolicy other = policy_for_side(base(), side);
     EXPECT_TRUE(other.shared_writable.empty()) << side;
     EXPECT_EQ(other.shared_readonly, std::vector<std::string>{"/var/cache/keval"}) << side;

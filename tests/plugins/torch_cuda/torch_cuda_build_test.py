@@ -5,8 +5,12 @@ entries and its one-builder-per-key locking.
 usage: torch_cuda_build_test.py <keval_runtime's parent directory> <keval_torch_cuda's parent
                                directory> [unittest options]
 """
+import array
 import fcntl
+import json
 import os
+import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -16,7 +20,8 @@ import unittest
 sys.path.insert(0, sys.argv.pop(1))
 sys.path.insert(1, sys.argv.pop(1))
 
-from keval_torch_cuda import build, cache, headers, launch_streams, shim  # noqa: E402
+from keval_runtime import errors, host_requests  # noqa: E402
+from keval_torch_cuda import build, cache, headers, launch_streams, served_build, shim  # noqa: E402
 from keval_torch_cuda.extension import CUDA_PRELUDE, Extension  # noqa: E402
 
 TOOLCHAIN = {"torch": "2.11.0", "torch_cuda": "13.0", "arch": 90, "cxx": "g++ 13.3",
@@ -518,6 +523,183 @@ class Cache(unittest.TestCase):
                 if v is not None:
                     os.environ[k] = v
 
+
+
+class FakeTrustedWorker:
+    """The trusted worker's end of a runner's channel (a socketpair), answering one
+    build_request with ``answer(message) -> (reply dict, library bytes or None)``; the message
+    it got is kept in ``asked``."""
+
+    def __init__(self, answer):
+        self.ours, theirs = socket.socketpair()
+        self.saved = os.environ.get("KEVAL_RUNNER_CHANNEL_FD")
+        self.theirs = theirs
+        os.environ["KEVAL_RUNNER_CHANNEL_FD"] = str(theirs.fileno())
+        self.answer = answer
+        self.asked = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        header = self.ours.recv(8, socket.MSG_WAITALL)
+        (length,) = struct.unpack(">I", header[4:])
+        body = self.ours.recv(length, socket.MSG_WAITALL)
+        message = json.loads(body)
+        self.asked.append(message)
+        reply, library = self.answer(message)
+        payload = json.dumps(dict(reply, v=1)).encode()
+        frame = b"KEV1" + struct.pack(">I", len(payload)) + payload
+        if library is None:
+            self.ours.sendall(frame)
+            return
+        fd = os.memfd_create("library")
+        os.write(fd, library)
+        self.ours.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                     array.array("i", [fd]).tobytes())])
+        os.close(fd)
+
+    def close(self):
+        self.thread.join(10)
+        self.ours.close()
+        self.theirs.close()
+        os.environ.pop("KEVAL_RUNNER_CHANNEL_FD", None)
+        if self.saved is not None:
+            os.environ["KEVAL_RUNNER_CHANNEL_FD"] = self.saved
+
+
+class BuiltByTheTrustedWorker(unittest.TestCase):
+    """A candidate's runner (the shared cache read-only) asks the trusted worker for what the
+    caches do not have (core/worker/pipeline/extension_builds.hpp) instead of building it in the
+    process that runs user code, whose builds no other job may use."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.shared = os.path.join(self.tmp.name, "shared")
+        self.extension = Extension.inline("k", "int f();",
+                                          "__global__ void g(){}\nvoid f(){ g<<<1, 1>>>(); }",
+                                          ["f"])
+        self.imported = build._import_extension
+        build._import_extension = lambda name, library: library
+        self.worker = None
+
+    def tearDown(self):
+        build._import_extension = self.imported
+        if self.worker is not None:
+            self.worker.close()
+        self.tmp.cleanup()
+
+    def candidate(self):
+        return FakeBuilder(os.path.join(self.tmp.name, "cand"),
+                           os.path.join(self.tmp.name, "private"), [self.shared])
+
+    def test_a_miss_is_built_by_keval_and_loaded_from_its_descriptor(self):
+        self.worker = FakeTrustedWorker(lambda m: ({"type": "build_reply", "ok": True,
+                                                    "module": m["module"], "cache": "built",
+                                                    "key": "k" * 64, "steps": [{"tool": "nvcc"}]},
+                                                   b"\x7fELF built by keval"))
+        candidate = self.candidate()
+        library = candidate.load(self.extension)
+        with open(library, "rb") as f:
+            self.assertEqual(f.read(), b"\x7fELF built by keval")
+        self.assertTrue(library.startswith(candidate.work_dir))
+        self.assertEqual(candidate.compiles, 0)
+        record = candidate.builds[0]
+        self.assertEqual((record["cache"], record["by"], record["steps"]),
+                         ("built", "keval", [{"tool": "nvcc"}]))
+        asked, = self.worker.asked
+        self.assertEqual((asked["type"], asked["kind"], asked["module"]),
+                         ("build_request", "torch_cuda_extension", record["module"]))
+        self.assertEqual(asked["toolchain"], TOOLCHAIN)
+        self.assertEqual(asked["extension"], self.extension.wire())
+
+    def test_a_failed_build_is_the_candidates_compile_error_with_the_compilers_output(self):
+        self.worker = FakeTrustedWorker(lambda m: ({"type": "build_reply", "ok": False,
+                                                    "failed": {"message": "nvcc exited with 1",
+                                                               "output": "cuda.cu(3): error"}},
+                                                   None))
+        candidate = self.candidate()
+        with self.assertRaises(build.BuildFailed) as raised:
+            candidate.load(self.extension)
+        self.assertEqual(str(raised.exception), "nvcc exited with 1")
+        self.assertEqual(raised.exception.output, "cuda.cu(3): error")
+        self.assertIs(candidate.failure, raised.exception)
+        self.assertEqual((candidate.builds[0]["cache"], candidate.compiles), ("failed", 0))
+
+    def test_when_keval_cannot_build_the_runner_builds_for_itself_and_says_why(self):
+        self.worker = FakeTrustedWorker(lambda m: ({"type": "build_reply", "ok": False,
+                                                    "unavailable": "the builder could not start"},
+                                                   None))
+        candidate = self.candidate()
+        candidate.load(self.extension)
+        self.assertEqual(candidate.compiles, 1)
+        self.assertEqual(candidate.builds[0]["host_build"], "the builder could not start")
+        self.assertTrue(candidate.builds[0]["entry"].startswith(candidate.cache_dir))
+
+    def test_an_answer_of_another_kind_is_an_error_not_a_library(self):
+        self.worker = FakeTrustedWorker(lambda m: ({"type": "reply", "ok": True}, b"x"))
+        with self.assertRaises(host_requests.HostRequestError):
+            self.candidate().load(self.extension)
+
+    def test_only_a_read_only_runner_asks_and_only_for_units_and_flags(self):
+        os.environ["KEVAL_RUNNER_CHANNEL_FD"] = "1000"
+        try:
+            candidate = self.candidate()
+            self.assertTrue(candidate.served_by_host(self.extension))
+            reference = FakeBuilder(os.path.join(self.tmp.name, "ref"), self.shared)
+            self.assertFalse(reference.served_by_host(self.extension))
+            with_dir = Extension.inline("k", "int f();", None, ["f"],
+                                        extra_include_paths=[self.tmp.name])
+            self.assertFalse(candidate.served_by_host(with_dir))
+        finally:
+            del os.environ["KEVAL_RUNNER_CHANNEL_FD"]
+        self.assertFalse(self.candidate().served_by_host(self.extension))
+
+    def test_what_travels_is_the_same_extension_and_launches_are_not_rewritten_twice(self):
+        wire = json.loads(json.dumps(self.extension.wire()))
+        again = Extension.from_wire(wire)
+        self.assertEqual(again.describe(), self.extension.describe())
+        self.assertEqual(cache.cache_key(again, TOOLCHAIN),
+                         cache.cache_key(self.extension, TOOLCHAIN))
+        (_, unit), = again.cuda_units
+        self.assertEqual(unit.count(launch_streams.STREAM_PRELUDE), 1)
+
+
+class ServedBuild(unittest.TestCase):
+    """The trusted worker's builder (side "build") builds nothing for a toolchain it is not."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.saved = served_build.Builder
+        own = os.path.join(self.tmp.name, "own")
+
+        class Stand(FakeBuilder):
+            def __init__(self, work_dir, cuda_arch):
+                super().__init__(work_dir, own)
+
+        served_build.Builder = Stand
+
+    def tearDown(self):
+        served_build.Builder = self.saved
+        self.tmp.cleanup()
+
+    def request(self, toolchain):
+        extension = Extension.inline("k", "int f();", None, ["f"])
+        return json.dumps({"module": "k_0123456789abcdef", "toolchain": toolchain,
+                           "extension": extension.wire()})
+
+    def test_builds_under_the_requested_module_name_and_names_the_library(self):
+        tmp = self.tmp.name
+        built = served_build.build(self.request(TOOLCHAIN), tmp, 90)
+        info = json.loads(built.info_json())["build"]
+        self.assertEqual(info["module"], "k_0123456789abcdef")
+        self.assertTrue(info["library"].startswith(os.path.join(tmp, "own")))
+        self.assertTrue(os.path.isfile(info["library"]))
+
+    def test_a_toolchain_other_than_its_own_is_refused(self):
+        tmp = self.tmp.name
+        with self.assertRaisesRegex(errors.UnsupportedError, "differs in torch"):
+            served_build.build(self.request(dict(TOOLCHAIN, torch="9.9")), tmp, 90)
+        self.assertFalse(os.path.exists(os.path.join(tmp, "own")))
 
 
 class LaunchesOnTorchsCurrentStream(unittest.TestCase):

@@ -13,13 +13,16 @@ from keval_runtime import common, errors
 from keval_runtime.device import DEVICE_CUDA
 from keval_runtime.torch_module import TorchKernel
 
-from . import build, shim
+from . import build, served_build, shim
 
 _builder = None  # one per job (one worker process per job)
+BUILD_SIDE = "build"  # core/worker/runner/runner_protocol.hpp
 
 
 def compile(source, metadata_json, io_json, work_dir, side, cuda_arch):
     global _builder
+    if side == BUILD_SIDE:  # the trusted worker's builder: no user code, one extension
+        return served_build.build(source, work_dir, cuda_arch)
     if not cuda_arch:
         raise errors.UnsupportedError("kernel type 'torch_cuda' needs a CUDA device: no GPU "
                                       "architecture is known to build the extension for")

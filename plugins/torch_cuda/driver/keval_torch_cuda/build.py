@@ -23,6 +23,8 @@ import sysconfig
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from keval_runtime import host_requests
+
 from . import cache, headers, nvcc_pipeline, precompiled_header
 from .extension import CPP_PRELUDE, Extension
 from .toolchain import Toolchain
@@ -37,11 +39,12 @@ TORCH_NVCC_FLAGS = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSION
 
 
 class BuildFailed(Exception):
-    """A compiler or the linker failed; ``output`` is everything it printed, in full."""
+    """A compiler or the linker failed; ``output`` is everything it printed, in full.
+    ``message``: the line the trusted worker's builder reported, for a build made there."""
 
-    def __init__(self, name, tool, returncode, output, steps=()):
-        super().__init__(f"building the extension '{name}' failed: {tool} "
-                         f"exited with status {returncode}")
+    def __init__(self, name, tool, returncode, output, steps=(), message=None):
+        super().__init__(message or f"building the extension '{name}' failed: {tool} "
+                                    f"exited with status {returncode}")
         self.name = name
         self.tool = tool
         self.returncode = returncode
@@ -94,6 +97,8 @@ class Builder:
             library, why = cache.verify_entry(entry, key)
             if library is not None:
                 record["cache"] = "hit"
+        if library is None and self.served_by_host(extension):
+            library = self._build_by_host(extension, name, record)
         if library is None:
             with cache.key_lock(entry, key):  # one builder per key; the others wait here
                 library, why_now = cache.verify_entry(entry, key)
@@ -116,6 +121,67 @@ class Builder:
         record["seconds"] = round(time.monotonic() - started, 3)
         self.builds.append(record)
         return module
+
+    def served_by_host(self, extension):
+        """Whether the trusted worker builds ``extension`` for this process: a runner that may
+        not write the shared cache (a candidate's), for a load_inline-style request (units and
+        flags only; load()'s include directories are in this runner's directory, which the
+        builder cannot see)."""
+        return (bool(self.shared_dirs) and host_requests.available() and
+                not extension.extra_include_paths)
+
+    def _build_by_host(self, extension, name, record):
+        """The library the trusted worker built, or found built, for ``extension`` (core/worker/
+        pipeline/extension_builds.hpp), copied into this job's directory; None when it could
+        not (``record["host_build"]`` says why), and this process builds it itself. A failed
+        build raises BuildFailed with the compiler's output, as one here would."""
+        message = {"type": "build_request", "kind": "torch_cuda_extension", "module": name,
+                   "toolchain": self.toolchain.key_parts, "extension": extension.wire()}
+        reply, fds = host_requests.request(message, "build_reply")
+        try:
+            failed = reply.get("failed")
+            if isinstance(failed, dict):
+                failure = BuildFailed(extension.name, None, None, str(failed.get("output", "")),
+                                      failed.get("steps") or [],
+                                      message=str(failed.get("message", "")) or None)
+                self.failure = failure
+                record.update(cache="failed", by="keval", steps=failure.steps)
+                self.builds.append(record)
+                raise failure
+            if reply.get("ok") is not True or len(fds) != 1:
+                record["host_build"] = str(reply.get("unavailable") or reply.get("refused") or
+                                           "the answer carried no library")
+                return None
+            record["cache"] = "reused" if reply.get("cache") == "reused" else "built"
+            record["by"] = "keval"  # built apart from user code, kept for every job
+            record["entry"] = reply.get("key")
+            for field in ("steps", "not_kept"):
+                if field in reply:
+                    record[field] = reply[field]
+            build_dir = os.path.join(self.work_dir or os.environ.get("TMPDIR") or "/tmp",
+                                     f"torch_cuda_build_{name}")
+            os.makedirs(build_dir, exist_ok=True)
+            library = os.path.join(build_dir,
+                                   name + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+            with os.fdopen(os.dup(fds[0]), "rb") as source, open(library, "wb") as target:
+                source.seek(0)
+                while True:
+                    block = source.read(1 << 20)
+                    if not block:
+                        break
+                    target.write(block)
+            return library
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def build_for_host(self, extension, module):
+        """The trusted worker's builder (side "build"): builds ``extension`` as module
+        ``module`` in this process's own cache and returns (the library's path, the steps)."""
+        key = cache.cache_key(extension, self.toolchain.key_parts)
+        entry = cache.entry_dir(self.cache_dir, key)
+        with cache.key_lock(entry, key):
+            return self._build(extension, key, module, entry, verbose=False)
 
     def header_flags(self):
         """{header set: the compiler flags selecting it} (headers.py), made once per builder."""

@@ -16,9 +16,10 @@ Location: ``$KEVAL_CACHE_DIR/torch_cuda``, else ``$XDG_CACHE_HOME/keval/torch_cu
 
 Who writes it: only the runners of a compare's reference (and their prewarm). A candidate's
 runner has it read-only (``KEVAL_CACHE_READ_ONLY=1``, enforced by Landlock where the sandbox
-applies it): it uses what is there and builds anything else in a cache of its own
-(``$KEVAL_PRIVATE_CACHE_DIR``, gone with the runner), so no library, generated header or
-precompiled header a candidate wrote is ever loaded by another job.
+applies it): it uses what is there, asks the trusted worker for what is not (build.py,
+``_build_by_host``) and builds for itself, in a cache of its own (``$KEVAL_PRIVATE_CACHE_DIR``,
+gone with the runner), only what the trusted worker does not serve. So no library, generated
+header or precompiled header a candidate wrote is ever loaded by another job.
 """
 import contextlib
 import fcntl

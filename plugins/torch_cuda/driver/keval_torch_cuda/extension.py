@@ -117,6 +117,33 @@ class Extension:
         flags["extra_include_paths"] = as_list(flags.get("extra_include_paths")) + dirs
         return cls(name, cpp_units, cuda_units, **flags)
 
+    def wire(self):
+        """What a build_request carries (build.py, _build_by_host): the units as this process
+        generated them and every flag. Include directories never travel (load()'s files stay in
+        the job's directory: such an extension is built where it is asked for)."""
+        return {"name": self.name,
+                "cpp_units": [list(unit) for unit in self.cpp_units],
+                "cuda_units": [list(unit) for unit in self.cuda_units],
+                "extra_cflags": self.extra_cflags, "extra_cuda_cflags": self.extra_cuda_cflags,
+                "extra_ldflags": self.extra_ldflags, "with_cuda": self.with_cuda}
+
+    @classmethod
+    def from_wire(cls, wire):
+        """The extension a build_request describes, taken as it is: its units were generated
+        (launches put on the current stream) by the process that asked."""
+        extension = cls.__new__(cls)
+        extension.name = str(wire["name"])
+        extension.cpp_units = [(str(f), str(t)) for f, t in wire["cpp_units"]]
+        extension.cuda_units = [(str(f), str(t)) for f, t in wire["cuda_units"]]
+        extension.extra_cflags = [str(f) for f in wire["extra_cflags"]]
+        extension.extra_cuda_cflags = [str(f) for f in wire["extra_cuda_cflags"]]
+        extension.extra_ldflags = [str(f) for f in wire["extra_ldflags"]]
+        extension.extra_include_paths = []
+        extension.with_cuda = bool(wire["with_cuda"])
+        extension.notes = []
+        extension._fingerprints = {}
+        return extension
+
     def describe(self):
         """What enters the cache key. An include directory enters by its content (the headers
         a unit may include from it), not its path: a header edited between two jobs must not

@@ -1,4 +1,4 @@
-#include "worker/program/artifact_cache.hpp"
+#include "worker/artifacts/artifact_cache.hpp"
 
 #include "common/beneath.hpp"
 #include "store/detail/blob_store.hpp"
@@ -14,7 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-namespace keval::worker::program {
+namespace keval::worker {
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
@@ -143,4 +143,4 @@ std::optional<ArtifactCache::Entry> ArtifactCache::get_or_build(const std::strin
   return entry;
 }
 
-} // namespace keval::worker::program
+} // namespace keval::worker

@@ -1,7 +1,7 @@
-// What a cuda_program job builds that another job can reuse, content-addressed by the key the
-// kernel type's plan computes: a problem's held-out harness objects, once per (problem files,
-// options, toolchain, architecture), and a solution's whole build, once per (harness key, the
-// solution's files, link command) — pass@k samples and resubmissions repeat. Written only by the
+// What a job builds that another job can reuse, content-addressed by a key the trusted worker
+// computes from what determines the build: a cuda_program problem's held-out harness objects and
+// a solution's whole build (pass@k samples and resubmissions repeat), and the torch_cuda
+// extensions a candidate's load_inline asks for (extension_builds.hpp). Written only by the
 // trusted worker, in a directory no runner may read (the state directory): a job's user code gets
 // copies of the files, handed over as descriptors, and can never change an entry another job
 // will use.
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-namespace keval::worker::program {
+namespace keval::worker {
 
 class ArtifactCache {
 public:
@@ -53,4 +53,4 @@ private:
   std::string why_disabled_;
 };
 
-} // namespace keval::worker::program
+} // namespace keval::worker
