@@ -275,7 +275,7 @@ def main():
     parser.add_argument("--sequence-request", metavar="FILE",
                         default=str(ROOT / "examples/torch_cuda_kernelbench_add.json"),
                         help="the compare --warm-sequence sends (default: KernelBench's "
-                             "load_inline add, whose candidate is built in its own job each time)")
+                             "load_inline add, whose candidate keval builds once and reuses)")
     parser.add_argument("--sequence-only", action="store_true",
                         help="run only the --warm-sequence rows (for each --versus as well)")
     parser.add_argument("--skip-fresh", action="store_true")

@@ -15,6 +15,7 @@
 #include "protocol/frame.hpp"
 #include "registry/registry.hpp"
 #include "supervisor/orphan_reaper.hpp"
+#include "supervisor/warm_pool.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -204,7 +205,8 @@ int serve(const ServeOptions& options) {
   job_config.job_ttl = options.job_ttl;
   job_config.state_max_bytes = options.state_max_bytes;
   job_config.warm_workers = options.warm_workers;
-  job_config.warm_workers_max = options.warm_workers_max;
+  job_config.warm_workers_max = options.warm_workers_max.value_or(
+      supervisor::WarmPool::default_max_size(options.warm_workers, cpu_cores()));
   const auto& plugins = registry.plugins();
   if (std::none_of(plugins.begin(), plugins.end(),
                    [](const auto& plugin) { return plugin.usable() && plugin.prewarm; }))

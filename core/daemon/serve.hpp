@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -28,15 +29,14 @@ struct ServeOptions {
   std::vector<std::filesystem::path> plugin_dirs;
   // The sandbox of every job's user code (--sandbox, --job-user, --job-memory, --job-pids).
   supervisor::SandboxOptions sandbox;
-  size_t max_queued = 256;     // jobs waiting for a worker before submissions get 503
-  size_t max_workers = 0;      // workers at once; 0: CPU cores + GPUs
-  size_t jobs_per_gpu = 1;     // 1: validation and profiling own their GPU
-  size_t threads = 0;          // HTTP event-loop threads; 0: CPU cores, at least 2
-  size_t warm_workers = 2;     // workers started ahead of jobs, plugins prewarmed; 0: none
-  // ... per set at most, when its demand asks for more; 0: warm_workers (no growth). Off by
-  // default: on the H100, pools of runners that open device contexts ahead slowed the jobs
-  // running beside them (bench numbers in the README, "Prestarted workers").
-  size_t warm_workers_max = 0;
+  size_t max_queued = 256; // jobs waiting for a worker before submissions get 503
+  size_t max_workers = 0;  // workers at once; 0: CPU cores + GPUs
+  size_t jobs_per_gpu = 1; // 1: validation and profiling own their GPU
+  size_t threads = 0;      // HTTP event-loop threads; 0: CPU cores, at least 2
+  size_t warm_workers = 2; // workers started ahead of jobs, plugins prewarmed; 0: none
+  // ... per set at most, when its demand asks for more; 0 or below warm_workers: no growth.
+  // Unset: WarmPool::default_max_size (half the cores, at most 6).
+  std::optional<size_t> warm_workers_max;
   uint64_t max_body_bytes = 64ull << 20;
   // Connections served at once (Unix and TCP together); past it, 503. The descriptor limit
   // (RLIMIT_NOFILE) is raised to fit, or the daemon does not start.

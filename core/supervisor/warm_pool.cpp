@@ -45,6 +45,10 @@ bool WarmPool::has_memory_to_spare(std::istream& meminfo) {
   return total > 0 && available >= total / 4;
 }
 
+size_t WarmPool::default_max_size(size_t size, size_t cores) {
+  return std::max(size, std::min(kDefaultMaxSize, cores / 2));
+}
+
 WarmPool::~WarmPool() {
   std::lock_guard lock(mutex_);
   pools_.clear();

@@ -64,6 +64,14 @@ public:
   // MemAvailable at least a quarter of MemTotal, in /proc/meminfo's format; false unreadable.
   static bool has_memory_to_spare(std::istream& meminfo);
   static constexpr auto kDemandWindow = std::chrono::seconds(10);
+  // `keval serve`'s max_size unless it is given: half the machine's cores, at most
+  // kDefaultMaxSize; below `size` (2 cores and fewer: no growth), `size`. A worker's prewarm is
+  // CPU work (an interpreter and `import torch` per runner, ~3 s), so a pool larger than the
+  // cores can prewarm at once only makes each worker later; and demand past about one job a
+  // second needs that many (20 back-to-back load_inline compares on the H200's 16 cores: p95
+  // 4.62 s with a fixed pool of 2, 1.38 s growing to 6; README, "Prestarted workers").
+  static constexpr size_t kDefaultMaxSize = 6;
+  static size_t default_max_size(size_t size, size_t cores);
 
   // Keeps `size` workers per prewarm set (0: the pool stays empty and take() returns null), for
   // at most `max_sets` sets at once.

@@ -122,6 +122,16 @@ TEST(WarmPool, MemoryToSpareIsAQuarterOfTheMachineAvailable) {
   EXPECT_FALSE(spare(""));
 }
 
+TEST(WarmPool, ByDefaultAPoolGrowsToHalfTheCoresAtMostSixAndNeverBelowItsSize) {
+  EXPECT_EQ(WarmPool::default_max_size(2, 16), 6u); // the GPU machine: 16 cores
+  EXPECT_EQ(WarmPool::default_max_size(2, 128), 6u);
+  EXPECT_EQ(WarmPool::default_max_size(2, 8), 4u);
+  EXPECT_EQ(WarmPool::default_max_size(2, 2), 2u); // CI's 2 cores: no growth
+  EXPECT_EQ(WarmPool::default_max_size(2, 1), 2u);
+  EXPECT_EQ(WarmPool::default_max_size(8, 16), 8u); // --warm-workers above it: no growth
+  EXPECT_EQ(WarmPool::default_max_size(0, 16), 6u); // unused: a size of 0 keeps nothing
+}
+
 TEST(WarmPool, SizeZeroKeepsNothing) {
   boost::asio::io_context ctx;
   WarmPool pool(ctx.get_executor(), worker_exe(), {}, 0);
