@@ -30,6 +30,20 @@ UniqueFd open_parent(const std::filesystem::path& root, std::string_view relativ
     *why = "cannot open " + root.string() + ": " + std::strerror(errno);
     return {};
   }
+  // ".." would leave `root` (openat follows it like any name): refused wherever it stands, so
+  // that no path a runner named can reach past its directory.
+  const std::string_view whole = relative;
+  for (size_t at = 0; at <= whole.size();) {
+    const size_t end = std::min(whole.find('/', at), whole.size());
+    if (whole.substr(at, end - at) == "..") {
+      const std::string what = std::string(relative) + " leaves " + root.string() + " (\"..\")";
+      if (why == nullptr)
+        fail(EACCES, what);
+      *why = what;
+      return {};
+    }
+    at = end + 1;
+  }
   size_t begin = 0;
   for (size_t slash = relative.find('/'); slash != std::string_view::npos;
        slash = relative.find('/', begin)) {

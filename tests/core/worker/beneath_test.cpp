@@ -58,6 +58,24 @@ TEST_F(Beneath, ASymlinkedFileIsNeitherWrittenNorRead) {
   EXPECT_THAT(why, HasSubstr("not a directory"));
 }
 
+// A name the runner chose (a builder's library, a profile's path) that climbs out with "..":
+// openat would follow it like any other name.
+TEST_F(Beneath, AParentComponentIsRefusedWhereverItStands) {
+  fs::create_directories(work() / "a");
+  std::string why;
+  for (const char* path : {"../secret/key", "a/../../secret/key", "a/..", ".."}) {
+    EXPECT_FALSE(read_file_beneath(work(), path, 100, &why).has_value()) << path;
+    EXPECT_THAT(why, HasSubstr("leaves")) << path;
+    EXPECT_THROW(write_file_beneath(work(), path, "x"), std::system_error) << path;
+  }
+  std::ifstream key(root_ / "secret" / "key");
+  std::string content((std::istreambuf_iterator<char>(key)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "top secret");
+  // A name that only contains dots is a name.
+  write_file_beneath(work(), "a/..x", "fine");
+  EXPECT_EQ(read_file_beneath(work(), "a/..x", 100, &why), std::optional<std::string>("fine"));
+}
+
 TEST_F(Beneath, AFifoOrAnOversizedFileIsRefusedWithoutBlocking) {
   ASSERT_EQ(::mkfifo((work() / "fifo").c_str(), 0600), 0);
   std::string why;
