@@ -541,27 +541,31 @@ class FakeTrustedWorker:
         self.thread.start()
 
     def _serve(self):
-        header = self.ours.recv(8, socket.MSG_WAITALL)
-        (length,) = struct.unpack(">I", header[4:])
-        body = self.ours.recv(length, socket.MSG_WAITALL)
-        message = json.loads(body)
-        self.asked.append(message)
-        reply, library = self.answer(message)
-        payload = json.dumps(dict(reply, v=1)).encode()
-        frame = b"KEV1" + struct.pack(">I", len(payload)) + payload
-        if library is None:
-            self.ours.sendall(frame)
-            return
-        fd = os.memfd_create("library")
-        os.write(fd, library)
-        self.ours.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                     array.array("i", [fd]).tobytes())])
-        os.close(fd)
+        while True:
+            header = self.ours.recv(8, socket.MSG_WAITALL)
+            if len(header) < 8:
+                return
+            (length,) = struct.unpack(">I", header[4:])
+            body = self.ours.recv(length, socket.MSG_WAITALL)
+            message = json.loads(body)
+            self.asked.append(message)
+            reply, library = self.answer(message)
+            payload = json.dumps(dict(reply, v=1)).encode()
+            frame = b"KEV1" + struct.pack(">I", len(payload)) + payload
+            if library is None:
+                self.ours.sendall(frame)
+                continue
+            fd = os.memfd_create("library")
+            os.write(fd, library)
+            self.ours.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                         array.array("i", [fd]).tobytes())])
+            os.close(fd)
 
     def close(self):
+        self.theirs.close()
+        self.ours.shutdown(socket.SHUT_RDWR)
         self.thread.join(10)
         self.ours.close()
-        self.theirs.close()
         os.environ.pop("KEVAL_RUNNER_CHANNEL_FD", None)
         if self.saved is not None:
             os.environ["KEVAL_RUNNER_CHANNEL_FD"] = self.saved
@@ -634,6 +638,28 @@ class BuiltByTheTrustedWorker(unittest.TestCase):
         self.assertEqual(candidate.compiles, 1)
         self.assertEqual(candidate.builds[0]["host_build"], "the builder could not start")
         self.assertTrue(candidate.builds[0]["entry"].startswith(candidate.cache_dir))
+
+    def test_threads_that_load_at_once_ask_one_after_the_other(self):
+        self.worker = FakeTrustedWorker(lambda m: ({"type": "build_reply", "ok": True,
+                                                    "module": m["module"], "cache": "built"},
+                                                   m["module"].encode()))
+        candidate = self.candidate()
+        extensions = [Extension.inline(f"k{i}", "int f();", f"__global__ void g{i}(){{}}", ["f"])
+                      for i in range(4)]
+        libraries = [None] * len(extensions)
+
+        def load(i):
+            libraries[i] = candidate.load(extensions[i])
+
+        threads = [threading.Thread(target=load, args=(i,)) for i in range(len(extensions))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(20)
+        self.assertEqual(len(self.worker.asked), len(extensions))
+        for i, library in enumerate(libraries):
+            with open(library, "rb") as f:  # each got its own answer, whole
+                self.assertTrue(f.read().startswith(f"k{i}_".encode()))
 
     def test_an_answer_of_another_kind_is_an_error_not_a_library(self):
         self.worker = FakeTrustedWorker(lambda m: ({"type": "reply", "ok": True}, b"x"))

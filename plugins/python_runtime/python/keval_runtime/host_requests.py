@@ -14,12 +14,17 @@ import json
 import os
 import socket
 import struct
+import threading
 
 CHANNEL_VARIABLE = "KEVAL_RUNNER_CHANNEL_FD"
 MAGIC = b"KEV1"
 PROTOCOL_VERSION = 1
 MAX_REPLY_BYTES = 8 << 20
 MAX_FDS = 8
+
+
+# One request at a time on the channel: two threads' frames would interleave.
+_LOCK = threading.Lock()
 
 
 class HostRequestError(Exception):
@@ -36,7 +41,7 @@ def request(message, reply_type):
     next frame, which must be of ``reply_type``. The descriptors are this process's to close."""
     fd = int(os.environ[CHANNEL_VARIABLE])
     # A socket object of its own (a duplicate), so closing it leaves the runner's channel open.
-    with socket.socket(fileno=os.dup(fd)) as channel:
+    with _LOCK, socket.socket(fileno=os.dup(fd)) as channel:
         channel.setblocking(True)
         payload = json.dumps(dict(message, v=PROTOCOL_VERSION), separators=(",", ":"),
                              allow_nan=False).encode("utf-8")
