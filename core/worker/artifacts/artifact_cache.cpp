@@ -1,10 +1,15 @@
 #include "worker/artifacts/artifact_cache.hpp"
 
 #include "common/beneath.hpp"
+#include "common/log.hpp"
 #include "store/detail/blob_store.hpp"
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <random>
 #include <system_error>
+#include <vector>
 
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
@@ -12,6 +17,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace keval::worker {
@@ -41,8 +47,24 @@ std::string random_suffix() {
 
 } // namespace
 
-ArtifactCache::ArtifactCache(fs::path root, std::string why_disabled)
-    : root_(std::move(root)), why_disabled_(std::move(why_disabled)) {}
+ArtifactCache::ArtifactCache(fs::path root, std::string why_disabled, uint64_t max_bytes)
+    : root_(std::move(root)), why_disabled_(std::move(why_disabled)), max_bytes_(max_bytes) {}
+
+uint64_t ArtifactCache::default_max_bytes() {
+  const char* text = std::getenv("KEVAL_BUILD_CACHE_MAX_BYTES");
+  if (text == nullptr || *text == '\0')
+    return kDefaultMaxBytes;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long value = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || text[0] == '-') {
+    spdlog::warn("KEVAL_BUILD_CACHE_MAX_BYTES={} is not a number of bytes; the build caches "
+                 "keep {} bytes each",
+                 text, kDefaultMaxBytes);
+    return kDefaultMaxBytes;
+  }
+  return value;
+}
 
 std::optional<ArtifactCache::Entry> ArtifactCache::open_entry(const fs::path& dir,
                                                               const std::string& key) const {
@@ -131,8 +153,10 @@ std::optional<ArtifactCache::Entry> ArtifactCache::get_or_build(const std::strin
   while (::flock(lock.get(), LOCK_EX) != 0)
     if (errno != EINTR)
       throw std::system_error(errno, std::generic_category(), "cannot lock the build cache");
-  if (auto entry = open_entry(dir, key))
+  if (auto entry = open_entry(dir, key)) {
+    ::utimensat(AT_FDCWD, dir.c_str(), nullptr, 0); // its last use, for the bound
     return entry;
+  }
   auto files = build();
   if (!files)
     return std::nullopt;
@@ -140,7 +164,62 @@ std::optional<ArtifactCache::Entry> ArtifactCache::get_or_build(const std::strin
   auto entry = open_entry(dir, key);
   if (entry)
     entry->reused = false;
+  if (max_bytes_ > 0)
+    evict_past_the_bound(key);
   return entry;
+}
+
+void ArtifactCache::evict_past_the_bound(const std::string& keep) const {
+  struct Kept {
+    fs::path dir;
+    std::string key;
+    uint64_t bytes = 0;
+    fs::file_time_type used;
+  };
+  std::vector<Kept> entries;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto shard = fs::directory_iterator(root_, ec); !ec && shard != fs::directory_iterator();
+       shard.increment(ec)) {
+    if (!shard->is_directory(ec) || shard->is_symlink(ec))
+      continue;
+    std::error_code inner;
+    for (auto it = fs::directory_iterator(shard->path(), inner);
+         !inner && it != fs::directory_iterator(); it.increment(inner)) {
+      const std::string name = it->path().filename().string();
+      if (!is_key(name) || !it->is_directory(inner) || it->is_symlink(inner))
+        continue; // locks, and staging or damaged directories on their way out
+      Kept entry{it->path(), name, 0, fs::last_write_time(it->path(), inner)};
+      for (auto file = fs::directory_iterator(it->path(), inner);
+           !inner && file != fs::directory_iterator(); file.increment(inner))
+        if (file->is_regular_file(inner))
+          entry.bytes += file->file_size(inner);
+      total += entry.bytes;
+      entries.push_back(std::move(entry));
+    }
+  }
+  if (total <= max_bytes_)
+    return;
+  std::sort(entries.begin(), entries.end(),
+            [](const Kept& a, const Kept& b) { return a.used < b.used; });
+  for (const Kept& entry : entries) {
+    if (total <= max_bytes_)
+      break;
+    if (entry.key == keep)
+      continue;
+    // Only an entry no other job is building or reading through its lock.
+    UniqueFd lock(::open((entry.dir.parent_path() / (entry.key + ".lock")).c_str(),
+                         O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (!lock || ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0)
+      continue;
+    const fs::path trash = entry.dir.string() + ".bad-" + random_suffix();
+    std::error_code removed;
+    fs::rename(entry.dir, trash, removed);
+    if (removed)
+      continue;
+    fs::remove_all(trash, removed);
+    total -= entry.bytes;
+  }
 }
 
 } // namespace keval::worker
