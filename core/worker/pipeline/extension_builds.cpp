@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -72,43 +73,42 @@ json::value canonical(const json::value& value) {
   return out;
 }
 
-// Checks `o[key]` is an array of strings (flags); adds their size to `bytes`.
-std::string check_flags(const json::object& o, const char* key, const std::string& at,
-                        size_t& bytes) {
+// Checks `o[key]` is an array of at most `limit` elements (`shape` names what it must be,
+// `noun` its elements), each passing `element` (which adds its size to `bytes`), or says why not.
+std::string check_list(
+    const json::object& o, const char* key, const std::string& at, size_t limit, const char* shape,
+    const char* noun,
+    const std::function<std::string(const json::value&, const std::string&, size_t&)>& element,
+    size_t& bytes) {
   const json::value* v = o.if_contains(key);
   const std::string path = at + "." + key;
   if (v == nullptr || !v->is_array())
-    return path + ": must be an array of strings";
-  if (v->get_array().size() > kMaxFlags)
-    return path + ": more than " + std::to_string(kMaxFlags) + " flags";
-  for (size_t i = 0; i < v->get_array().size(); ++i) {
-    const json::value& flag = v->get_array()[i];
-    if (!flag.is_string())
-      return path + "[" + std::to_string(i) + "]: must be a string";
-    bytes += flag.get_string().size();
-  }
+    return path + ": must be " + shape;
+  if (v->get_array().size() > limit)
+    return path + ": more than " + std::to_string(limit) + " " + noun;
+  for (size_t i = 0; i < v->get_array().size(); ++i)
+    if (std::string why = element(v->get_array()[i], path + "[" + std::to_string(i) + "]", bytes);
+        !why.empty())
+      return why;
   return {};
 }
 
-// Checks `o[key]` is an array of [file name, text] pairs; adds their size to `bytes`.
-std::string check_units(const json::object& o, const char* key, const std::string& at,
-                        size_t& bytes) {
-  const json::value* v = o.if_contains(key);
-  const std::string path = at + "." + key;
-  if (v == nullptr || !v->is_array())
-    return path + ": must be an array of [file name, text] pairs";
-  if (v->get_array().size() > kMaxUnits)
-    return path + ": more than " + std::to_string(kMaxUnits) + " units";
-  for (size_t i = 0; i < v->get_array().size(); ++i) {
-    const json::value& unit = v->get_array()[i];
-    const std::string unit_at = path + "[" + std::to_string(i) + "]";
-    if (!unit.is_array() || unit.get_array().size() != 2 || !unit.get_array()[0].is_string() ||
-        !unit.get_array()[1].is_string())
-      return unit_at + ": must be a [file name, text] pair";
-    if (!is_file_name(unit.get_array()[0].get_string()))
-      return unit_at + "[0]: a file name is letters, digits, '_', '-' and '.', not first";
-    bytes += unit.get_array()[1].get_string().size();
-  }
+// A flag: a string.
+std::string check_flag(const json::value& flag, const std::string& at, size_t& bytes) {
+  if (!flag.is_string())
+    return at + ": must be a string";
+  bytes += flag.get_string().size();
+  return {};
+}
+
+// A translation unit: a [file name, text] pair.
+std::string check_unit(const json::value& unit, const std::string& at, size_t& bytes) {
+  if (!unit.is_array() || unit.get_array().size() != 2 || !unit.get_array()[0].is_string() ||
+      !unit.get_array()[1].is_string())
+    return at + ": must be a [file name, text] pair";
+  if (!is_file_name(unit.get_array()[0].get_string()))
+    return at + "[0]: a file name is letters, digits, '_', '-' and '.', not first";
+  bytes += unit.get_array()[1].get_string().size();
   return {};
 }
 
@@ -153,10 +153,15 @@ ParsedExtensionRequest parse_extension_request(const json::object& message) {
                   " bytes");
   size_t bytes = 0;
   for (const char* units : {"cpp_units", "cuda_units"})
-    if (std::string why = check_units(e, units, e_at, bytes); !why.empty())
+    if (std::string why =
+            check_list(e, units, e_at, kMaxUnits, "an array of [file name, text] pairs", "units",
+                       check_unit, bytes);
+        !why.empty())
       return refuse(why);
   for (const char* flags : {"extra_cflags", "extra_cuda_cflags", "extra_ldflags"})
-    if (std::string why = check_flags(e, flags, e_at, bytes); !why.empty())
+    if (std::string why = check_list(e, flags, e_at, kMaxFlags, "an array of strings", "flags",
+                                     check_flag, bytes);
+        !why.empty())
       return refuse(why);
   const json::value* with_cuda = e.if_contains("with_cuda");
   if (with_cuda == nullptr || !with_cuda->is_bool())

@@ -185,8 +185,8 @@ json::object RunnerClient::reply(const std::string& type, int64_t seq, const std
     } catch (const std::system_error&) {
       fail(doing, wait_for_exit());
     }
-    const json::value* kind = reply.if_contains("type");
-    if (kind == nullptr || *kind != runner_msg::kBuildRequest)
+    if (const json::value* kind = reply.if_contains("type");
+        kind == nullptr || *kind != runner_msg::kBuildRequest)
       break;
     answer_request(reply, doing);
   }

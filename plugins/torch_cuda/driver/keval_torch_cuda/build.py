@@ -17,6 +17,7 @@ shim.py) and replaces torch's ninja build with one made for a single job:
   - main.cpp uses a precompiled torch/extension.h when the cache has one (precompiled_header.py).
 """
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -165,11 +166,7 @@ class Builder:
                                    name + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
             with os.fdopen(os.dup(fds[0]), "rb") as source, open(library, "wb") as target:
                 source.seek(0)
-                while True:
-                    block = source.read(1 << 20)
-                    if not block:
-                        break
-                    target.write(block)
+                shutil.copyfileobj(source, target, 1 << 20)
             return library
         finally:
             for fd in fds:
