@@ -178,7 +178,8 @@ def run_keval(args, jobs, label="keval"):
             f"{s['stage']} {s['mean_ms']:.0f}" for s in stages if s.get("mean_ms") is not None))
         for name, spans in sorted(held_ms.items()):
             parts = {k: statistics.mean(sp.get(k, 0) for _, _, sp in spans)
-                     for k in ("inputs", "runs", "outputs", "checks")}
+                     for k in ("inputs", "runs", "runs_pausing", "runs_calls", "outputs",
+                               "checks")}
             print(f"   {name:28s} validation {statistics.mean(v for v, _, _ in spans):6.0f} ms"
                   f"  profiling {statistics.mean(p for _, p, _ in spans):6.0f} ms  (" +
                   " ".join(f"{k} {v:.0f}" for k, v in parts.items()) + f"; n={len(spans)})")
@@ -191,6 +192,24 @@ def run_keval(args, jobs, label="keval"):
         client.close()
 
 
+# A job's steps in a worker's timeline (metadata.worker.timeline_ms), each named by the mark
+# that ends it; the steps from `validation` on hold the GPU.
+STEPS = [("compile", "runners_started", "compiled"), ("device_wait", "compiled", "granted"),
+         ("device_open", "granted", "engine_open"), ("bind", "engine_open", "bound"),
+         ("validation", "bound", "validated"), ("profiling", "validated", "profiled"),
+         ("teardown", "profiled", "ended")]
+
+
+def step_means(timelines):
+    """Mean ms of each step over the jobs whose timeline has both of its marks."""
+    means = {}
+    for name, begin, end in STEPS:
+        spans = [t[end] - t[begin] for t in timelines if begin in t and end in t]
+        if spans:
+            means[name] = statistics.mean(spans)
+    return means
+
+
 def run_sequence(args, n):
     request = json.loads(Path(args.sequence_request).read_text())
     client = local_daemon(args, "kv-seq-")
@@ -198,7 +217,7 @@ def run_sequence(args, n):
         t = time.perf_counter()
         client.compare(request)  # cold: teaches the daemon the set, as the first request would
         print(f"   the cold compare took {time.perf_counter() - t:.1f} s")
-        latencies, failures, starts = [], 0, []
+        latencies, failures, starts, timelines, sampling = [], 0, [], [], []
         start = time.perf_counter()
         for _ in range(n):
             t = time.perf_counter()
@@ -206,6 +225,9 @@ def run_sequence(args, n):
             latencies.append(time.perf_counter() - t)
             failures += 0 if r.ok else 1
             timeline = metadata_of(r).get("worker", {}).get("timeline_ms", {})
+            timelines.append(timeline)
+            sampling.append(metadata_of(r).get("profiling", {}).get("sampling", {})
+                            .get("time_ms", {}))
             starts.append((timeline.get("runners_started"), timeline.get("bound"),
                            timeline.get("ended")))
         wall = time.perf_counter() - start
@@ -216,6 +238,14 @@ def run_sequence(args, n):
         if all(None not in s for s in starts):
             print("   per job, ms after the job reached its worker: runners up / bound / ended: " +
                   " ".join(f"{a:.0f}/{b:.0f}/{c:.0f}" for a, b, c in starts))
+        steps = step_means(timelines)
+        if steps:
+            print("   mean ms per step: " + "  ".join(f"{k} {v:.0f}" for k, v in steps.items()))
+        parts = sorted({k for spent in sampling for k in spent})
+        if parts:
+            print("   profiling, mean ms per job: " + "  ".join(
+                f"{k} {statistics.mean(spent.get(k, 0) for spent in sampling):.0f}"
+                for k in parts))
         return {"wall_s": wall, "latencies_s": latencies, "failures": failures,
                 "max_over_median": max(latencies) / median}
     finally:

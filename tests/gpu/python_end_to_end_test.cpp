@@ -119,6 +119,10 @@ TEST_F(TritonGpu, SeedExampleEvaluatesAndIsCompiledBeforeTheGrant) {
   EXPECT_EQ(text(info.at("kernel_name")), "vector_add_kernel") << "the first kernel found";
   EXPECT_EQ(info.at("kernels").as_array().size(), 2u);
   EXPECT_EQ(text(info.at("precompile").at("status")), "compiled") << json::serialize(info);
+  // Its launcher too, before the grant: the first launch then runs no host compiler.
+  EXPECT_EQ(text(info.at("precompile").at("launchers").at("status")), "built")
+      << json::serialize(info);
+  EXPECT_EQ(info.at("precompile").at("launchers").at("count").to_number<int64_t>(), 1);
   EXPECT_EQ(exec(r).at("runtime_stats").at("count").to_number<int64_t>(), 50);
   std::cout << "triton vector add: " << method_of(r) << ", median "
             << exec(r).at("runtime_stats").at("median").to_number<double>() << " ms\n";

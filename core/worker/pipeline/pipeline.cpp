@@ -1250,10 +1250,9 @@ private:
     clock.report(report.sampling);
     // Where the phase's wall time went, beside the samples themselves: what a job costs the GPU
     // beyond the kernels' own time (issue 17's breakdown).
-    report.sampling["time_ms"] = json::object{{"inputs", spent_.inputs},
-                                              {"runs", spent_.runs},
-                                              {"outputs", spent_.outputs},
-                                              {"checks", spent_.checks}};
+    report.sampling["time_ms"] = json::object{
+        {"inputs", spent_.inputs},    {"runs", spent_.runs},       {"runs_pausing", spent_.pausing},
+        {"runs_calls", spent_.calls}, {"outputs", spent_.outputs}, {"checks", spent_.checks}};
     report_device_work(timed, report);
     collect_hardware_times(timed, report);
     collect_device_metrics(timed, report);
@@ -1616,11 +1615,16 @@ private:
     json::object ask;
     ask["type"] = runner_msg::kSample;
     ask["binding"] = binding.id;
+    const auto pausing = Clock::now();
     isolation::PausedProcesses others = pause_other_sides(t);
     const auto start = Clock::now();
+    spent_.pausing += std::chrono::duration<double, std::milli>(start - pausing).count();
     json::object reply = call(side, std::move(ask), "being timed");
     const double wall_ms = ms_since(start);
+    spent_.calls += wall_ms;
+    const auto resuming = Clock::now();
     others = {}; // they go on at once: nothing after the reply is timed
+    spent_.pausing += ms_since(resuming);
     spent_.runs += ms_since(preparing);
     expect_ok(side, reply, "being timed");
     SampleRun run;
@@ -1894,6 +1898,8 @@ private:
   struct {
     double inputs = 0;  // making each sample's fresh inputs and writing them into the bindings
     double runs = 0;    // poisoning outputs and the runners' sample calls, round trip
+    double pausing = 0; // of runs: stopping the other side's processes, and letting them go on
+    double calls = 0;   // of runs: from the sample request to its reply (the run, traced)
     double outputs = 0; // reading back and copying each sample's outputs
     double checks = 0;  // comparing outputs and checking inputs untouched
   } spent_;
