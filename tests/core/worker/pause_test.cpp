@@ -97,6 +97,38 @@ TEST_F(SpinningTree, AChildOfOursIsPausedOnlyWhereTheFilterAsks) {
   EXPECT_TRUE(stopped(grandchild_));
 }
 
+// A chain of processes, each the child of the one before, every one waiting in pause(): deeper
+// than the pause's bound on its rounds, which must not bound how deep a tree it stops (a spinner
+// hidden at the bottom of a deep chain would run beside the other side's samples).
+TEST(PausedProcesses, EveryProcessOfAChainDeeperThanItsRoundsStops) {
+  constexpr int kDepth = 80;
+  const pid_t top = ::fork();
+  ASSERT_GE(top, 0);
+  if (top == 0) {
+    for (int level = 1; level < kDepth; ++level)
+      if (::fork() != 0)
+        break; // the parent stays at its level; the child goes one deeper
+    for (;;)
+      ::pause();
+  }
+  std::vector<pid_t> chain{top};
+  while (chain.size() < static_cast<size_t>(kDepth)) {
+    const std::vector<pid_t> next = children_once(chain.back(), 1);
+    ASSERT_EQ(next.size(), 1u) << "level " << chain.size();
+    chain.push_back(next[0]);
+  }
+  {
+    const PausedProcesses paused = PausedProcesses::pause({top}, {}, 5000);
+    EXPECT_EQ(paused.size(), chain.size());
+    EXPECT_EQ(paused.failure(), "");
+    for (const pid_t pid : chain)
+      EXPECT_TRUE(stopped(pid)) << "pid " << pid;
+  }
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it)
+    ::kill(*it, SIGKILL);
+  ::waitpid(top, nullptr, 0);
+}
+
 TEST(PausedProcesses, AProcessThatIsGoneIsNoFailure) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
