@@ -2,10 +2,12 @@
 
 #include "common/unique_fd.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
 #include <system_error>
+#include <vector>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -30,42 +32,40 @@ UniqueFd open_parent(const std::filesystem::path& root, std::string_view relativ
     *why = "cannot open " + root.string() + ": " + std::strerror(errno);
     return {};
   }
-  // ".." would leave `root` (openat follows it like any name): refused wherever it stands, so
-  // that no path a runner named can reach past its directory.
-  const std::string_view whole = relative;
-  for (size_t at = 0; at <= whole.size();) {
-    const size_t end = std::min(whole.find('/', at), whole.size());
-    if (whole.substr(at, end - at) == "..") {
-      const std::string what = std::string(relative) + " leaves " + root.string() + " (\"..\")";
-      if (why == nullptr)
-        fail(EACCES, what);
-      *why = what;
-      return {};
-    }
+  // Refused, or thrown where the caller takes no reason.
+  const auto refuse = [why](int error, const std::string& what) -> UniqueFd {
+    if (why == nullptr)
+      fail(error, what);
+    *why = what;
+    return {};
+  };
+  std::vector<std::string_view> parts;
+  for (size_t at = 0; at <= relative.size();) {
+    const size_t end = std::min(relative.find('/', at), relative.size());
+    parts.push_back(relative.substr(at, end - at));
     at = end + 1;
   }
-  size_t begin = 0;
-  for (size_t slash = relative.find('/'); slash != std::string_view::npos;
-       slash = relative.find('/', begin)) {
-    const std::string part(relative.substr(begin, slash - begin));
-    begin = slash + 1;
+  // ".." would leave `root` (openat follows it like any name): refused wherever it stands, before
+  // anything is created, so that no path a runner named can reach past its directory.
+  if (std::find(parts.begin(), parts.end(), "..") != parts.end())
+    return refuse(EACCES, std::string(relative) + " leaves " + root.string() + " (\"..\")");
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    const std::string part(parts[i]);
+    const std::string_view so_far =
+        relative.substr(0, static_cast<size_t>(parts[i].data() - relative.data()) + part.size());
     if (create && ::mkdirat(dir.get(), part.c_str(), 0755) != 0 && errno != EEXIST)
-      fail(errno, "cannot create directory " + std::string(relative.substr(0, slash)));
+      fail(errno, "cannot create directory " + std::string(so_far));
     UniqueFd next(
         ::openat(dir.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!next) {
-      const std::string what =
-          std::string(relative.substr(0, slash)) + (errno == ELOOP || errno == ENOTDIR
-                                                        ? " is not a directory (a symlink?)"
-                                                        : std::string(": ") + std::strerror(errno));
-      if (why == nullptr)
-        fail(errno, what);
-      *why = what;
-      return {};
+      const int error = errno;
+      return refuse(error, std::string(so_far) + (error == ELOOP || error == ENOTDIR
+                                                      ? " is not a directory (a symlink?)"
+                                                      : std::string(": ") + std::strerror(error)));
     }
     dir = std::move(next);
   }
-  leaf = std::string(relative.substr(begin));
+  leaf = std::string(parts.back());
   return dir;
 }
 
