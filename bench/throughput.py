@@ -116,6 +116,18 @@ def metadata_of(response):
     return response.raw.get("kernel_exec_result", {}).get("metadata", {})
 
 
+def flat_time_ms(metadata):
+    """Profiling's sampling.time_ms, its nested parts named "part.sub"."""
+    spent = metadata.get("profiling", {}).get("sampling", {}).get("time_ms", {})
+    flat = {}
+    for part, ms in spent.items():
+        if isinstance(ms, dict):
+            flat.update({f"{part}.{sub}": v for sub, v in ms.items()})
+        else:
+            flat[part] = ms
+    return flat
+
+
 def run_keval(args, jobs, label="keval"):
     client = local_daemon(args, "kv-tp-")
     try:
@@ -141,7 +153,7 @@ def run_keval(args, jobs, label="keval"):
             t = time.perf_counter()
             r = client.compare(request)
             metadata = metadata_of(r)
-            spent = metadata.get("profiling", {}).get("sampling", {}).get("time_ms", {})
+            spent = flat_time_ms(metadata)
             timeline = metadata.get("worker", {}).get("timeline_ms", {})
             with lock:
                 if all(k in timeline for k in ("bound", "validated", "profiled")):
@@ -226,8 +238,7 @@ def run_sequence(args, n):
             failures += 0 if r.ok else 1
             timeline = metadata_of(r).get("worker", {}).get("timeline_ms", {})
             timelines.append(timeline)
-            sampling.append(metadata_of(r).get("profiling", {}).get("sampling", {})
-                            .get("time_ms", {}))
+            sampling.append(flat_time_ms(metadata_of(r)))
             starts.append((timeline.get("runners_started"), timeline.get("bound"),
                            timeline.get("ended")))
         wall = time.perf_counter() - start

@@ -319,6 +319,7 @@ private:
   // while they die, and only then are they reaped.
   void stop_runners() {
     step("stopping");
+    held_.reset(); // before their pids can be anyone else's
     for (auto& side : sides_)
       if (side->runner)
         side->runner->kill();
@@ -1010,6 +1011,9 @@ private:
   // has failed its side.
   json::object call(Side& side, json::object command, const std::string& doing,
                     const std::vector<int>& fds = {}) {
+    // A stopped process cannot answer: a side held stopped goes on before it is asked anything.
+    if (held_ && held_->timed != &side)
+      release_pause();
     try {
       return side.runner->call(std::move(command), doing, fds);
     } catch (const RunnerFailure& failure) {
@@ -1124,6 +1128,7 @@ private:
     // The other side's processes stopped around its samples (isolation/pause.hpp): the most at
     // once, and what could not be stopped, if anything ever could not.
     size_t paused_most = 0;
+    int64_t stops = 0; // how many times they were stopped for it (hold_pause_for)
     std::string pause_failure{};
     std::optional<std::optional<uid_t>> runner_uid{}; // its runner's uid, once read
   };
@@ -1153,6 +1158,9 @@ private:
     // The pristine inputs the bindings hold now, and those of the sample before (evaluate mode
     // compares outputs across samples).
     std::unique_ptr<InputSet> current, previous;
+    // Compare: the next sample's inputs, made right after the reference's run of this one (see
+    // hold_pause_for: the provider is not stopped then).
+    std::unique_ptr<InputSet> next;
     std::vector<std::unique_ptr<Tensor>> previous_outputs;
     int64_t unchanged_outputs = 0, changed_inputs = 0;
     bool stopped_by_noise = false;
@@ -1177,14 +1185,18 @@ private:
           progress("profiling", i, samples);
         // The inputs of two samples back are no use any more: freed before the next are made,
         // so a problem whose inputs take a tenth of the GPU (KernelBench level 1's
-        // matrix-vector product: 8 GiB) holds two sets at once, not three.
+        // matrix-vector product: 8 GiB) holds two sets at once, not three. A compare keeps no
+        // previous set (only evaluate compares across samples): its two are this sample's and
+        // the next's.
         previous.reset();
         auto making = Clock::now();
-        auto fresh = std::make_unique<InputSet>(make_inputs(kSampleTrials + uint64_t(i)));
+        auto fresh = next ? std::move(next)
+                          : std::make_unique<InputSet>(make_inputs(kSampleTrials + uint64_t(i)));
         for (auto& t : timed)
           refresh(t, *fresh);
         spent_.inputs += ms_since(making);
-        previous = std::move(current);
+        if (ref_timed == nullptr)
+          previous = std::move(current);
         current = std::move(fresh);
         // Alternate which side goes first so neither always runs right after the other.
         std::optional<SampleRun> ref_run, custom_run;
@@ -1204,6 +1216,11 @@ private:
             }
           }
           (&t == ref_timed ? ref_run : custom_run) = std::move(run);
+          if (&t == ref_timed && i + 1 < samples) {
+            making = Clock::now();
+            next = std::make_unique<InputSet>(make_inputs(kSampleTrials + uint64_t(i) + 1));
+            spent_.inputs += ms_since(making);
+          }
         }
         clock.read(*engine_);
         const auto checking = Clock::now();
@@ -1228,12 +1245,15 @@ private:
         }
       }
     } catch (const KernelFailure& failure) {
+      release_pause();
       send_profile_failure(failure);
       return;
     } catch (const detail::WireError& e) {
+      release_pause();
       send_profile_failure(KernelFailure{"custom", error_json(kProcessFailed, e.what())});
       return;
     }
+    release_pause();
     progress("profiling", samples, samples);
 
     protocol::ProfileReport report;
@@ -1253,6 +1273,12 @@ private:
     report.sampling["time_ms"] = json::object{
         {"inputs", spent_.inputs},    {"runs", spent_.runs},       {"runs_pausing", spent_.pausing},
         {"runs_calls", spent_.calls}, {"outputs", spent_.outputs}, {"checks", spent_.checks}};
+    if (!spent_.in_runner.empty()) {
+      json::object split;
+      for (const auto& [part, ms] : spent_.in_runner)
+        split[part] = ms;
+      report.sampling["time_ms"].as_object()["runs_calls_in_runner"] = std::move(split);
+    }
     report_device_work(timed, report);
     collect_hardware_times(timed, report);
     collect_device_metrics(timed, report);
@@ -1317,7 +1343,7 @@ private:
     report.sampling["wall_ms"] = std::move(walls);
     json::object paused;
     for (const auto& t : timed) {
-      json::object side{{"processes_most", t.paused_most}};
+      json::object side{{"processes_most", t.paused_most}, {"stops", t.stops}};
       if (!t.pause_failure.empty())
         side["not_stopped"] = t.pause_failure;
       // Keyed by the side being timed: the other side's processes were the ones stopped.
@@ -1615,18 +1641,14 @@ private:
     json::object ask;
     ask["type"] = runner_msg::kSample;
     ask["binding"] = binding.id;
-    const auto pausing = Clock::now();
-    isolation::PausedProcesses others = pause_other_sides(t);
+    hold_pause_for(t);
     const auto start = Clock::now();
-    spent_.pausing += std::chrono::duration<double, std::milli>(start - pausing).count();
     json::object reply = call(side, std::move(ask), "being timed");
     const double wall_ms = ms_since(start);
     spent_.calls += wall_ms;
-    const auto resuming = Clock::now();
-    others = {}; // they go on at once: nothing after the reply is timed
-    spent_.pausing += ms_since(resuming);
     spent_.runs += ms_since(preparing);
     expect_ok(side, reply, "being timed");
+    add_runner_account(reply, wall_ms);
     SampleRun run;
     run.ms = detail::number_field(reply, "ms");
     if (!std::isfinite(run.ms) || run.ms < 0 || run.ms > wall_ms)
@@ -1653,6 +1675,47 @@ private:
     spent_.outputs += ms_since(copying);
     run.wall_ms = ms_since(start);
     return run;
+  }
+
+  // Where a sample call's time went inside the runner (runner.cpp's sample: "sample",
+  // "synchronize", "trace", "share"), summed into sampling.time_ms.runs_calls_in_runner. A
+  // process of user code says it, so it is a diagnostic that decides nothing, and is taken only
+  // for those names and as far as the call's own wall time allows.
+  void add_runner_account(const json::object& reply, double wall_ms) {
+    const json::value* account = reply.if_contains("host_ms");
+    if (account == nullptr || !account->is_object())
+      return;
+    for (const char* part : {"sample", "synchronize", "trace", "share"})
+      if (const json::value* v = account->as_object().if_contains(part); v && v->is_number()) {
+        const double ms = v->to_number<double>();
+        if (std::isfinite(ms) && ms >= 0 && ms <= wall_ms)
+          spent_.in_runner[part] += ms;
+      }
+  }
+
+  // Keeps every side but `t`'s stopped (pause_other_sides) from now until another side is timed
+  // or asked anything (call) or the sampling ends (release_pause). Samples alternate ABBA, so a
+  // stop lasts over two runs of one side instead of being made and undone around each: on the
+  // H100 a torch runner's dozens of threads take about 1 ms to stop. The other side has nothing
+  // to do in between (the trusted worker writes the next inputs, copies and checks outputs), and
+  // a stopped process can start nothing meanwhile.
+  void hold_pause_for(Timed& t) {
+    if (held_ && held_->timed == t.side)
+      return;
+    release_pause();
+    const auto pausing = Clock::now();
+    isolation::PausedProcesses others = pause_other_sides(t);
+    held_.emplace(HeldPause{t.side, std::move(others)});
+    spent_.pausing += ms_since(pausing);
+  }
+
+  // Lets the held processes go on (SIGCONT), if any are held.
+  void release_pause() {
+    if (!held_)
+      return;
+    const auto resuming = Clock::now();
+    held_.reset();
+    spent_.pausing += ms_since(resuming);
   }
 
   // Stops the processes of every side but `t`'s while `t` is timed (isolation/pause.hpp): the other
@@ -1684,6 +1747,7 @@ private:
     };
     auto paused = isolation::PausedProcesses::pause(roots, pause_orphan, kPauseWaitMs);
     t.paused_most = std::max(t.paused_most, paused.size());
+    ++t.stops;
     if (!paused.failure().empty()) {
       if (t.side->name == "ref")
         throw KernelFailure{
@@ -1900,9 +1964,16 @@ private:
     double runs = 0;    // poisoning outputs and the runners' sample calls, round trip
     double pausing = 0; // of runs: stopping the other side's processes, and letting them go on
     double calls = 0;   // of runs: from the sample request to its reply (the run, traced)
-    double outputs = 0; // reading back and copying each sample's outputs
-    double checks = 0;  // comparing outputs and checking inputs untouched
+    std::map<std::string, double> in_runner; // of calls: the runners' own account of them
+    double outputs = 0;                      // reading back and copying each sample's outputs
+    double checks = 0;                       // comparing outputs and checking inputs untouched
   } spent_;
+  // The other sides' processes, stopped while `timed` is sampled (hold_pause_for).
+  struct HeldPause {
+    const Side* timed = nullptr;
+    isolation::PausedProcesses others;
+  };
+  std::optional<HeldPause> held_;
 #ifdef KEVAL_HAVE_CUDA
   std::future<CudaAvailability> cuda_probe_;
   EngineOpener opener_;
