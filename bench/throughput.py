@@ -37,7 +37,7 @@ fresh:    each job in a process of its own, sequentially: a KernelBench-style pr
 usage: bench/throughput.py [--keval build/bin/keval] [--python python3] [--repeat 2]
                            [--clients 8] [--max-noise P]... [--versus ARGS]...
                            [--warm-sequence N [--sequence-only]] [--json FILE]
-                           [--skip-fresh]
+                           [--skip-fresh] [--responses DIR]
 """
 import argparse
 import json
@@ -148,10 +148,13 @@ def run_keval(args, jobs, label="keval"):
         held_ms = {}  # per problem: [validation ms, profiling ms] of each job (its timeline)
         lock = threading.Lock()
 
-        def one(job):
-            name, request = job
+        def one(numbered):
+            number, (name, request) = numbered
             t = time.perf_counter()
             r = client.compare(request)
+            if args.responses:
+                path = Path(args.responses) / f"{label}-{number:03d}-{name}.json"
+                path.write_text(json.dumps(r.raw, indent=1))
             metadata = metadata_of(r)
             spent = flat_time_ms(metadata)
             timeline = metadata.get("worker", {}).get("timeline_ms", {})
@@ -169,7 +172,7 @@ def run_keval(args, jobs, label="keval"):
 
         start = time.perf_counter()
         with ThreadPoolExecutor(args.clients) as pool:
-            list(pool.map(one, jobs))
+            list(pool.map(one, enumerate(jobs)))
         wall = time.perf_counter() - start
         after = client.stats()
         busy = sum(g.get("busy_ms", 0) for g in after.get("gpus", [])) - \
@@ -321,7 +324,11 @@ def main():
                         help="run only the --warm-sequence rows (for each --versus as well)")
     parser.add_argument("--skip-fresh", action="store_true")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--responses", metavar="DIR",
+                        help="write each measured job's response to DIR/<row>-<n>-<problem>.json")
     args = parser.parse_args()
+    if args.responses:
+        Path(args.responses).mkdir(parents=True, exist_ok=True)
     if args.sequence_only and not args.warm_sequence:
         parser.error("--sequence-only needs --warm-sequence N")
     began = time.perf_counter()
