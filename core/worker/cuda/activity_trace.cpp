@@ -56,6 +56,16 @@ CuptiApi g_api;
 Collected g_collected;
 
 constexpr size_t kBufferBytes = 4u << 20;
+
+// Buffers CUPTI filled and buffer_completed read, kept for its next request. take() forces a
+// flush after every sample, which hands back the buffer in use, so each sample's first device
+// work would otherwise wait for a fresh 4 MiB allocation to be made and written.
+struct SpareBuffers {
+  std::mutex mutex;
+  std::vector<uint8_t*> buffers;
+};
+SpareBuffers g_spare;
+constexpr size_t kMaxSpareBuffers = 4;
 constexpr size_t kMaxDemangledNames = 4096;
 
 std::string demangle(Collected& c, const char* raw) {
@@ -102,6 +112,16 @@ void keep(Collected& c, TracedWork work) {
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   // CUPTI wants 8-byte alignment; a failed allocation hands it no buffer, and it counts what it
   // then drops (take() reports that).
+  {
+    std::lock_guard lock(g_spare.mutex);
+    if (!g_spare.buffers.empty()) {
+      *buffer = g_spare.buffers.back();
+      g_spare.buffers.pop_back();
+      *size = kBufferBytes;
+      *max_records = 0;
+      return;
+    }
+  }
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
   *size = *buffer != nullptr ? kBufferBytes : 0;
   *max_records = 0;
@@ -146,7 +166,11 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
   size_t dropped = 0;
   if (g_api.cuptiActivityGetNumDroppedRecords(context, stream, &dropped) == CUPTI_SUCCESS)
     c.dropped += dropped;
-  std::free(buffer);
+  std::lock_guard spare_lock(g_spare.mutex);
+  if (g_spare.buffers.size() < kMaxSpareBuffers)
+    g_spare.buffers.push_back(buffer);
+  else
+    std::free(buffer);
 }
 
 // Loads CUPTI and turns tracing on; the reason when it cannot (empty when it did).
