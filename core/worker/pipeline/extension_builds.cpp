@@ -276,15 +276,14 @@ RunnerClient::Answer ExtensionBuilds::build_and_answer(const ExtensionRequest& r
           if (step.is_object() && steps.size() < kMaxSteps)
             steps.push_back(step);
       // The builder names it, and its compilers may have run code of the request's: a name
-      // outside its directory (a "..", a symlink on the way) is refused, never read.
+      // outside its directory (a "..", a symlink on the way: read_file_beneath refuses both) is
+      // refused, never read.
       const fs::path relative =
           fs::path(library->get_string().c_str()).lexically_relative(directory);
-      const bool beneath =
-          !relative.empty() && std::none_of(relative.begin(), relative.end(),
-                                            [](const fs::path& part) { return part == ".."; });
       std::string why;
-      auto bytes = beneath ? read_file_beneath(directory, relative.string(), kMaxLibraryBytes, &why)
-                           : std::nullopt;
+      auto bytes = !relative.empty()
+                       ? read_file_beneath(directory, relative.string(), kMaxLibraryBytes, &why)
+                       : std::nullopt;
       if (!bytes) {
         why_unavailable = "the builder's library " + std::string(library->get_string()) +
                           " cannot be read beneath its directory" +

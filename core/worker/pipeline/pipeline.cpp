@@ -683,15 +683,27 @@ private:
   }
 
   json::object run_validation_trial(uint64_t trial) {
+    // Where the trial's wall time went (a side's: binding its arguments, its launch, the copies
+    // of its outputs): a first launch's set-up shows in trial 0.
+    json::object spent;
+    auto lap = Clock::now();
+    const auto account = [&](const char* part) {
+      spent[part] = ms_since(lap);
+      lap = Clock::now();
+    };
     InputSet inputs = make_inputs(trial);
+    account("inputs");
     json::object t;
     t["trial"] = trial;
     Side* reference = ref();
     std::optional<Launched> expected;
-    if (reference != nullptr)
+    if (reference != nullptr) {
       expected = launch_checked(*reference, inputs, kUnlimited);
+      account("ref");
+    }
     custom_output_budget_ = output_budget(expected);
     Launched actual = launch_checked(custom(), inputs, custom_output_budget_);
+    account("custom");
     const std::vector<const Tensor*> given = input_tensors(inputs);
     for (size_t k = 0; k < actual.copies.size(); ++k)
       evidence_.aliasing(k, aliased_input(*actual.copies[k], given),
@@ -701,6 +713,8 @@ private:
     if (!expected) {
       t["passed"] = true;
       t["outputs"] = actual.outputs.size();
+      account("checks");
+      t["time_ms"] = std::move(spent);
       return t;
     }
     for (size_t k = 0; k < expected->copies.size(); ++k)
@@ -719,6 +733,8 @@ private:
     if (!problem.empty())
       t["problem"] = problem;
     t["comparisons"] = std::move(comparisons);
+    account("checks");
+    t["time_ms"] = std::move(spent);
     return t;
   }
 

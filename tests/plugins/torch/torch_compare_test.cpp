@@ -165,6 +165,13 @@ def split(x):
   ASSERT_EQ(r.verdict, Verdict::success) << json::serialize(r.body);
   const auto& trials = exec(r).at("metadata").at("validation").at("trials").as_array();
   EXPECT_EQ(trials.at(0).at("comparisons").as_array().size(), 2u);
+  // Each trial says where its wall time went (issue 17's breakdown), a side's launch included.
+  for (const auto& trial : trials) {
+    const auto& spent = trial.at("time_ms").as_object();
+    for (const char* part : {"inputs", "ref", "custom", "checks"})
+      EXPECT_GE(spent.at(part).to_number<double>(), 0.0) << part << ": " << json::serialize(trial);
+    EXPECT_GT(spent.at("custom").to_number<double>(), 0.0) << json::serialize(trial);
+  }
 }
 
 TEST_F(TorchCompare, ScalarBoolAndHalfOutputsCrossTheBridge) {

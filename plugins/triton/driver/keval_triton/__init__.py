@@ -232,10 +232,10 @@ def _build_launchers(compiled):
         return _skipped("the warmup returned no compiled kernel")
     start = time.perf_counter()
     try:
-        driver = _nvidia_driver_module()
-        driver.CudaUtils()
+        _build_runtime_utilities()
+        launcher = _nvidia_driver_module().CudaLauncher
         for kernel in kernels:
-            driver.CudaLauncher(kernel.src, kernel.metadata)
+            launcher(kernel.src, kernel.metadata)
     except Exception as exc:
         return _skipped(errors.describe(exc))
     return {"status": "built", "count": len(kernels),
