@@ -1978,7 +1978,8 @@ private:
   struct {
     double inputs = 0;  // making each sample's fresh inputs and writing them into the bindings
     double runs = 0;    // poisoning outputs and the runners' sample calls, round trip
-    double pausing = 0; // of runs: stopping the other side's processes, and letting them go on
+    double pausing = 0; // of runs (or of inputs, where a held stop ends to ask the reference
+                        // for them): stopping the other side's processes, letting them go on
     double calls = 0;   // of runs: from the sample request to its reply (the run, traced)
     std::map<std::string, double> in_runner; // of calls: the runners' own account of them
     double outputs = 0;                      // reading back and copying each sample's outputs
