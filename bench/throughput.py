@@ -146,6 +146,7 @@ def run_keval(args, jobs, label="keval"):
         latencies, failures = [], []
         profiling_ms = {}  # sampling.time_ms summed: where profiling's wall time went
         held_ms = {}  # per problem: [validation ms, profiling ms] of each job (its timeline)
+        workers = []  # (job, metadata.worker) of each measured job
         lock = threading.Lock()
 
         def one(numbered):
@@ -159,6 +160,7 @@ def run_keval(args, jobs, label="keval"):
             spent = flat_time_ms(metadata)
             timeline = metadata.get("worker", {}).get("timeline_ms", {})
             with lock:
+                workers.append((f"{number:03d}-{name}", metadata.get("worker", {})))
                 if all(k in timeline for k in ("bound", "validated", "profiled")):
                     held_ms.setdefault(name, []).append(
                         (timeline["validated"] - timeline["bound"],
@@ -200,6 +202,8 @@ def run_keval(args, jobs, label="keval"):
                   " ".join(f"{k} {v:.0f}" for k, v in parts.items()) + f"; n={len(spans)})")
         print("   profiling (mean ms per job): " + "  ".join(
             f"{part} {ms / len(jobs):.0f}" for part, ms in profiling_ms.items()))
+        for line in slowest_validation_overlaps(workers):
+            print("   " + line)
         return {"wall_s": wall, "latencies_s": latencies, "failures": failures,
                 "gpu_busy_fraction": busy / 1000 / wall / gpus, "time_breakdown": stages,
                 "profiling_ms_per_job": {k: v / len(jobs) for k, v in profiling_ms.items()}}
@@ -213,6 +217,32 @@ STEPS = [("compile", "runners_started", "compiled"), ("device_wait", "compiled",
          ("device_open", "granted", "engine_open"), ("bind", "engine_open", "bound"),
          ("validation", "bound", "validated"), ("profiling", "validated", "profiled"),
          ("teardown", "profiled", "ended")]
+
+
+def slowest_validation_overlaps(jobs):
+    """For the job whose validation took longest: what every other job was doing meanwhile, from
+    each response's metadata.worker (job_sent_unix_ms + timeline_ms). `jobs`: (label, worker)."""
+    def spans(worker):
+        origin, timeline = worker.get("job_sent_unix_ms"), worker.get("timeline_ms", {})
+        if not origin:
+            return []
+        return [(name, origin + timeline[b], origin + timeline[e]) for name, b, e in STEPS
+                if b in timeline and e in timeline and timeline[e] > timeline[b]]
+    timed = [(label, spans(worker)) for label, worker in jobs]
+    candidates = [(e - b, label, b, e) for label, sp in timed for name, b, e in sp
+                  if name == "validation"]
+    if not candidates:
+        return []
+    took, slowest, begin, end = max(candidates)
+    lines = [f"slowest validation: {slowest} {took:.0f} ms; meanwhile:"]
+    for label, sp in timed:
+        if label == slowest:
+            continue
+        during = [f"{name} {min(e, end) - max(b, begin):.0f}" for name, b, e in sp
+                  if b < end and e > begin]
+        if during:
+            lines.append(f"  {label}: " + ", ".join(during) + " ms")
+    return lines
 
 
 def step_means(timelines):

@@ -87,6 +87,8 @@ json::object worker_json(const supervisor::SessionOutcome& o) {
   w["wall_ms"] = o.wall_ms;
   if (!o.timeline.empty())
     w["timeline_ms"] = o.timeline;
+  if (o.job_sent_unix_ms > 0)
+    w["job_sent_unix_ms"] = o.job_sent_unix_ms;
   if (o.exit_code)
     w["exit_code"] = *o.exit_code;
   if (o.signal)

@@ -261,6 +261,9 @@ private:
     job.cuda_arch = launch_.cuda_arch;
     job.seed = launch_.seed;
     job.timeout_ms = launch_.timeout.count();
+    job_sent_unix_ms_ = std::chrono::duration<double, std::milli>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
     send(protocol::to_frame(job), protocol::kMaxJobFrameBytes);
   }
 
@@ -419,6 +422,7 @@ private:
     outcome.stderr_bytes = err_.total_bytes();
     outcome.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
     outcome.timeline = timeline_;
+    outcome.job_sent_unix_ms = job_sent_unix_ms_;
     if (done_)
       outcome.after_done_ms =
           std::chrono::duration<double, std::milli>(Clock::now() - done_at_).count();
@@ -465,6 +469,7 @@ private:
 
   std::chrono::milliseconds budget_left_;
   Clock::time_point armed_at_, started_, done_at_;
+  double job_sent_unix_ms_ = 0; // SessionOutcome::job_sent_unix_ms
   int pgid_ = -1;
   protocol::JobStage stage_ = protocol::JobStage::starting;
   bool hello_seen_ = false;

@@ -63,6 +63,10 @@ struct SessionOutcome {
   // From the worker's `done` to the session's end (the worker exited, its pipes closed), on the
   // host's clock: what a job costs after its verdict, its device still held. 0 without `done`.
   double after_done_ms = 0;
+  // When the job was sent to the worker, in ms since the Unix epoch on the host's clock: the
+  // origin of `timeline`, so that jobs of one host can be lined up against each other. 0 when it
+  // was never sent.
+  double job_sent_unix_ms = 0;
 };
 
 struct SessionHandlers {

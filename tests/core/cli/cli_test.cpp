@@ -1,6 +1,7 @@
 // The keval command line as a user meets it: exit codes, result on stdout, field paths.
 #include "support/test_env.hpp"
 
+#include <chrono>
 #include <fstream>
 #include <sstream>
 
@@ -40,7 +41,13 @@ TEST(Cli, PluginsListsBuiltPluginsAndLoadErrors) {
 TEST(Cli, EvaluateSuccessPrintsSeedResponseAndExitsZero) {
   TempDir tmp;
   const auto path = write_request(tmp.path(), "ok.json", fault_evaluate({}));
+  const double before_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   auto r = run_keval({"evaluate", path.string()}, fault_env());
+  const double after_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto body = json::parse(r.out).as_object();
   for (const char* key : {"job_id", "status", "kernel_exec_result", "ref_runtime",
@@ -61,6 +68,10 @@ TEST(Cli, EvaluateSuccessPrintsSeedResponseAndExitsZero) {
     EXPECT_GE(timeline.at(step).to_number<double>(), last) << step;
     last = timeline.at(step).to_number<double>();
   }
+  // The timeline's origin on the host's clock, so that one host's jobs can be lined up.
+  const double sent = exec.at("metadata").at("worker").at("job_sent_unix_ms").to_number<double>();
+  EXPECT_GE(sent, before_ms);
+  EXPECT_LE(sent + last, after_ms);
 }
 
 TEST(Cli, KernelFailureExitsOne) {
