@@ -53,6 +53,18 @@ TEST_F(GamedTiming, ACacheKeyedOnAFewInputValuesReturnsAStaleOutputAndFails) {
   EXPECT_FALSE(speedup(run.body).has_value()) << describe(run);
 }
 
+TEST_F(GamedTiming, ACacheKeyedOnTheInputsAddressFailsACorrectnessTrial) {
+  TempDir tmp;
+  const auto run =
+      run_mode("compare", torch_compare("reference_relu.py", source("address_cache.py")),
+               tmp.path() / "state");
+  EXPECT_EQ(run.exit_code, 1) << describe(run);
+  EXPECT_FALSE(correctness(run.body)) << describe(run);
+  // Caught by the correctness trials, before any timed sample.
+  EXPECT_EQ(validation_error(run.body).rfind("trial ", 0), 0u) << describe(run);
+  EXPECT_FALSE(speedup(run.body).has_value()) << describe(run);
+}
+
 TEST_F(GamedTiming, IdentityOnADegenerateProblemPassesAndIsFlagged) {
   TempDir tmp;
   const auto run =

@@ -32,5 +32,24 @@ TEST_F(HonestControl, ModelNewEqualsModelIsCorrectThroughTheDaemon) {
   EXPECT_EQ(text(view.at("status")), "completed") << shown(view);
 }
 
+// Each correctness trial runs on buffers of its inputs' shape: the trials after the first reuse
+// those of the trial before only where the shape stayed.
+TEST_F(HonestControl, InputsThatChangeShapeBetweenTrialsAreEachValidatedAndTimingSaysWhyNot) {
+  TempDir tmp;
+  const auto run = run_cli(compare_request(kernel("torch", source("reference_relu_growing.py")),
+                                           kernel("torch", source("honest_model_new.py")),
+                                           unique_id("honest-growing")),
+                           tmp.path() / "state");
+  const json::object& metadata = exec_result(run.body).at("metadata").as_object();
+  const json::object& validation = metadata.at("validation").as_object();
+  EXPECT_TRUE(validation.at("ok").as_bool()) << describe(run);
+  const json::array& trials = validation.at("trials").as_array();
+  EXPECT_EQ(trials.size(), 5u) << describe(run);
+  for (const auto& trial : trials)
+    EXPECT_TRUE(trial.as_object().at("passed").as_bool()) << describe(run);
+  EXPECT_NE(run.out.find("changed its dtype or shape between trials"), std::string::npos)
+      << describe(run);
+}
+
 } // namespace
 } // namespace keval::test::adversarial
