@@ -432,7 +432,9 @@ private:
             ? (job_.timeout_ms / 1000 + 1) *
                   std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()))
             : 0;
-    for (auto& side : sides_) {
+    std::map<size_t, json::object> deferred; // side -> its compile, sent after its companion
+    for (size_t i = 0; i < sides_.size(); ++i) {
+      const std::unique_ptr<Side>& side = sides_[i];
       const std::filesystem::path dir = side->runner->directory();
       json::object c;
       if (cpu_seconds > 0)
@@ -459,6 +461,12 @@ private:
           companion["side"] = "ref";
           companion["work_dir"] = (dir / "companion").string();
           companion_seq_ = side->runner->send(std::move(companion), "compiling");
+          // Sent once the companion is answered: a companion whose load_inline asks this
+          // process for a build reads the next frame of its channel as the answer, and a compile
+          // queued behind it was taken for one.
+          deferred[i] = std::move(c);
+          pending.push_back(0);
+          continue;
         }
         pending.push_back(side->runner->send(std::move(c), "compiling"));
       } catch (const RunnerFailure&) {
@@ -481,6 +489,8 @@ private:
             entry.companion_error = error_json(e.type, e.message);
           }
         }
+        if (auto compile = deferred.find(i); compile != deferred.end())
+          pending[i] = side.runner->send(std::move(compile->second), "compiling");
         json::object reply = side.runner->reply(runner_msg::kCompile, pending[i], "compiling");
         entry.time_ms = ms_since(started[i]);
         if (RunnerClient::ok(reply)) {
