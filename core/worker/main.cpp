@@ -18,6 +18,7 @@
 #include "protocol/job_contract.hpp"
 #include "protocol/sandbox_policy.hpp"
 #include "worker/conformance/abi_checks.hpp"
+#include "worker/engine/device_open_turn.hpp"
 #include "worker/engine/work_queues.hpp"
 #include "worker/isolation/isolation.hpp"
 #include "worker/isolation/sandbox.hpp"
@@ -26,6 +27,7 @@
 #include "worker/program/step_process.hpp"
 #include "worker/runner/runner.hpp"
 #include "worker/runner/runner_client.hpp"
+#include "worker/runner/runner_protocol.hpp"
 
 #ifdef KEVAL_HAVE_CUDA
 #include "cuda/driver.hpp"
@@ -177,12 +179,12 @@ public:
       greet(*runner);
     const boost::json::object& first = hellos_.begin()->second;
 #ifdef KEVAL_HAVE_CUDA
-    // This process opens its device too, but only for a set whose runners did (a CUDA kernel
-    // type): a CPU set's worker that touched the driver held up every CUDA job's cuInit and took
-    // seconds to exit (the soak's CPU jobs: 15 s each on the H100).
+    // Only a set whose runners run on CUDA opens the device: a CPU set's worker that touched the
+    // driver held up every CUDA job's cuInit and took seconds to exit (the soak's CPU jobs: 15 s
+    // each on the H100).
     if (const auto* opens = first.if_contains("opens_device");
         opens && opens->is_bool() && opens->as_bool())
-      opener_.start(keval::worker::EngineUse::trusted);
+      open_devices_in_turn();
 #endif
     if (const auto* done = first.if_contains("prewarmed"); done != nullptr && done->is_array())
       hello.prewarmed = done->as_array();
@@ -217,6 +219,31 @@ public:
 #endif
     return nullptr;
   }
+
+#ifdef KEVAL_HAVE_CUDA
+  // This process's context and each runner's, one after another and in the machine's turn
+  // (worker/engine/device_open_turn.hpp): a pool refilling does not open a dozen at once while a
+  // job holds the GPU. The worker says hello (is ready for a job) once they are open.
+  void open_devices_in_turn() {
+    const keval::worker::DeviceOpenTurn turn(keval::worker::DeviceOpenTurn::default_lock_file(),
+                                             keval::worker::DeviceOpenTurn::kPatience);
+    if (!turn.held())
+      spdlog::debug("opening the device without a turn: {}", turn.why_not());
+    for (auto& [side, runner] : ready_) {
+      try {
+        boost::json::object ask;
+        ask["type"] = keval::worker::runner_msg::kOpenDevice;
+        runner->call(std::move(ask), "opening its device");
+      } catch (const std::exception& e) {
+        // The job meets a runner that died when it takes it; one that could not open the device
+        // opens it again when bound, and says why not.
+        spdlog::debug("the {} runner did not open its device ahead: {}", side, e.what());
+      }
+    }
+    opener_.start(keval::worker::EngineUse::trusted);
+    opener_.wait();
+  }
+#endif
 
   bool opens_cuda_engine_ahead() const override {
 #ifdef KEVAL_HAVE_CUDA

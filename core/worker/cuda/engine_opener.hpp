@@ -22,6 +22,11 @@ public:
   std::unique_ptr<Engine> take(int index);
   // Whether start() was called (and its engine not yet taken).
   bool started() const { return opening_.valid(); }
+  // Returns once the engine started is open, or failed to open (at once when none was started).
+  void wait() const {
+    if (opening_.valid())
+      opening_.wait();
+  }
   ~EngineOpener();
 
 private:

@@ -96,26 +96,42 @@ public:
     hello["prewarmed"] = std::move(done);
     if (!errors.empty())
       hello["prewarm_errors"] = std::move(errors);
-    hello["opens_device"] = prepare_engine();
+    // Opened when the trusted worker says (open_device), in its turn among the machine's
+    // openers (worker/engine/device_open_turn.hpp).
+    bool one_stream = true;
+    hello["opens_device"] = uses_cuda(one_stream);
   }
 
-  // A runner started ahead of its job, for a CUDA kernel type, opens its device while it waits
-  // (see EngineOpener). Only then: cuInit is serialised across the machine's processes, so one
-  // that no job of the set needs would cost every CUDA job its turn. Returns whether it did.
-  bool prepare_engine() {
-#ifdef KEVAL_HAVE_CUDA
-    bool cuda = false, one_stream = true;
+  // Whether a plugin loaded here runs on CUDA (`one_stream`: whether all of those launch only on
+  // keval's stream).
+  bool uses_cuda(bool& one_stream) const {
+    bool cuda = false;
+    one_stream = true;
     for (const auto& [path, plugin] : plugins_)
       if (plugin->has(KEVAL_CAP_DEVICE_CUDA)) {
         cuda = true;
         one_stream = one_stream && plugin->has(KEVAL_CAP_ONE_STREAM);
       }
+    return cuda;
+  }
+
+  // A runner started ahead of its job, for a CUDA kernel type, opens its device before the job
+  // comes (see EngineOpener) when the trusted worker says: `open_device` answers once it is open
+  // (or failed to: bind then opens it again and says why). Only then: cuInit is serialised
+  // across the machine's processes, so one that no job of the set needs would cost every CUDA
+  // job its turn.
+  json::object open_device_now() {
+    json::object reply;
+    bool one_stream = true;
+    const bool cuda = uses_cuda(one_stream);
+#ifdef KEVAL_HAVE_CUDA
     if (cuda) {
       open_device(one_stream);
-      return true;
+      opener_.wait();
     }
 #endif
-    return false;
+    reply["opened"] = cuda;
+    return reply;
   }
 
 #ifdef KEVAL_HAVE_CUDA
@@ -200,6 +216,8 @@ private:
     if (type == runner_msg::kLoad)
       return load_plugin(detail::string_field(command, "plugin"),
                          !command.contains("device") || detail::bool_field(command, "device"));
+    if (type == runner_msg::kOpenDevice)
+      return open_device_now();
     if (type == runner_msg::kCompanion)
       return compile_companion(command);
     // A whole program's workspace (program_commands.hpp): no plugin code runs for it.

@@ -6,9 +6,13 @@
 // answers after user code has run (from `compile` on) is data the trusted worker checks, never a
 // verdict: outputs are compared there, inputs re-checked there, times bounded there.
 //
-//   runner:  hello           {pid, isolation{...}, prewarmed[], prewarm_errors[]}   (no user code
-//   yet) trusted: load            {plugin}                   -> {manifest{kernel_type,
-//   capabilities}} trusted: compile         {source_code, metadata, io, work_dir, cuda_arch, side}
+//   runner:  hello           {pid, isolation{...}, prewarmed[], prewarm_errors[], opens_device}
+//                            (no user code yet; opens_device: a prewarmed plugin runs on CUDA)
+//   trusted: open_device     {}                         -> {opened}  (a runner started ahead of
+//                            its job opens its context now, in the trusted worker's turn among
+//                            the machine's openers: engine/device_open_turn.hpp)
+//   trusted: load            {plugin}                   -> {manifest{kernel_type, capabilities}}
+//   trusted: compile         {source_code, metadata, io, work_dir, cuda_arch, side}
 //                                                       -> {time_ms, info?} | error
 //   trusted: companion       {plugin, source_code, metadata, io, work_dir, cuda_arch}
 //                                                       -> {}  (the reference's source, compiled
@@ -78,6 +82,7 @@ inline constexpr const char* kCompanion = "companion";
 inline constexpr const char* kBind = "bind";
 inline constexpr const char* kArgs = "args";
 inline constexpr const char* kLaunch = "launch";
+inline constexpr const char* kOpenDevice = "open_device";
 inline constexpr const char* kDefaultInputs = "default_inputs";
 inline constexpr const char* kTimer = "timer";
 inline constexpr const char* kSample = "sample";
