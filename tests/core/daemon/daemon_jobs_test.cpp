@@ -50,7 +50,10 @@ protected:
   }
 
   DaemonDirs dirs_;
-  DaemonProcess daemon_{dirs_.state(), dirs_.socket(), {"--max-workers", "8"}};
+  // The pool stays at its default two workers: on a machine of many cores it would grow with
+  // the jobs' demand, and the processes counted below with it.
+  DaemonProcess daemon_{
+      dirs_.state(), dirs_.socket(), {"--max-workers", "8", "--warm-workers-max", "2"}};
 };
 
 TEST_F(DaemonJobs, FiftyConcurrentJobsAllCompleteNoneLostOrDuplicated) {
