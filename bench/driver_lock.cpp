@@ -1,0 +1,186 @@
+// Does another process's cuInit or context creation hold up this process's driver calls? Why
+// prestarted workers open the device in turns (core/worker/engine/device_open_turn.hpp).
+//
+// A victim process loops for a few seconds over: an 8 MiB cuMemAlloc + cuMemFree, a 1 MiB memset
+// and stream synchronise, a 1 MiB device-to-host copy, an event create + destroy. Beside it run,
+// in turn: nothing; one process creating contexts over and over (each a fresh process: cuInit,
+// primary context, a 64 MiB allocation and memset); four such processes; four processes that
+// only call cuInit. Printed per setting and call: median, 90th and 99th percentile and max in ms,
+// and the median's ratio to the victim alone.
+//
+//   g++ -O2 -std=c++17 -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -o /tmp/driver_lock
+//       bench/driver_lock.cpp -lcuda   (one command)
+//   /tmp/driver_lock [seconds=5]
+#include <cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <csignal>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+void check(CUresult r, const char* what) {
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "%s failed: %d\n", what, static_cast<int>(r));
+    std::exit(1);
+  }
+}
+
+// Fresh processes, one after another until killed: each initialises the driver and, for
+// `contexts`, creates the primary context and uses it.
+[[noreturn]] void disturb(bool contexts) {
+  for (;;) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      check(cuInit(0), "cuInit");
+      if (contexts) {
+        CUdevice device;
+        CUcontext context;
+        CUdeviceptr memory;
+        check(cuDeviceGet(&device, 0), "cuDeviceGet");
+        check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
+        check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+        check(cuMemAlloc(&memory, 64 << 20), "cuMemAlloc");
+        check(cuMemsetD8(memory, 0, 64 << 20), "cuMemsetD8");
+        check(cuCtxSynchronize(), "cuCtxSynchronize");
+      }
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+  }
+}
+
+struct Calls {
+  std::vector<double> alloc, memset, copy, event;
+};
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+// The victim's loop, in a fresh process of its own (the driver must not be initialised in this
+// one before it forks the disturbers); its times come back through a pipe.
+Calls measure(int disturbers, bool contexts, double seconds) {
+  std::vector<pid_t> others;
+  for (int k = 0; k < disturbers; ++k) {
+    const pid_t pid = ::fork();
+    if (pid == 0)
+      disturb(contexts);
+    others.push_back(pid);
+  }
+  int fds[2];
+  if (::pipe(fds) != 0)
+    std::exit(1);
+  const pid_t victim = ::fork();
+  if (victim == 0) {
+    ::close(fds[0]);
+    check(cuInit(0), "cuInit");
+    CUdevice device;
+    CUcontext context;
+    CUstream stream;
+    CUdeviceptr buffer;
+    check(cuDeviceGet(&device, 0), "cuDeviceGet");
+    check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
+    check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+    check(cuStreamCreate(&stream, 0), "cuStreamCreate");
+    check(cuMemAlloc(&buffer, 1 << 20), "cuMemAlloc");
+    std::vector<char> host(1 << 20);
+    ::usleep(300000); // the disturbers under way
+    std::vector<double> out;
+    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < until) {
+      const auto a = Clock::now();
+      CUdeviceptr x;
+      check(cuMemAlloc(&x, 8 << 20), "cuMemAlloc");
+      check(cuMemFree(x), "cuMemFree");
+      const auto b = Clock::now();
+      check(cuMemsetD8Async(buffer, 1, 1 << 20, stream), "cuMemsetD8Async");
+      check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+      const auto c = Clock::now();
+      check(cuMemcpyDtoH(host.data(), buffer, host.size()), "cuMemcpyDtoH");
+      const auto d = Clock::now();
+      CUevent event;
+      check(cuEventCreate(&event, 0), "cuEventCreate");
+      check(cuEventDestroy(event), "cuEventDestroy");
+      const auto e = Clock::now();
+      for (double t : {ms(a, b), ms(b, c), ms(c, d), ms(d, e)})
+        out.push_back(t);
+    }
+    const size_t bytes = out.size() * sizeof(double);
+    if (::write(fds[1], out.data(), bytes) != static_cast<ssize_t>(bytes))
+      ::_exit(1);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::vector<double> all;
+  double chunk[512];
+  for (ssize_t n; (n = ::read(fds[0], chunk, sizeof chunk)) > 0;)
+    all.insert(all.end(), chunk, chunk + n / static_cast<ssize_t>(sizeof(double)));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(victim, &status, 0);
+  for (pid_t pid : others) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  Calls calls;
+  for (size_t i = 0; i + 3 < all.size(); i += 4) {
+    calls.alloc.push_back(all[i]);
+    calls.memset.push_back(all[i + 1]);
+    calls.copy.push_back(all[i + 2]);
+    calls.event.push_back(all[i + 3]);
+  }
+  return calls;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const double seconds = argc > 1 ? std::atof(argv[1]) : 5.0;
+  struct Setting {
+    const char* name;
+    int disturbers;
+    bool contexts;
+  };
+  const Setting settings[] = {{"alone", 0, false},
+                              {"1 creating contexts", 1, true},
+                              {"4 creating contexts", 4, true},
+                              {"4 calling cuInit", 4, false}};
+  std::vector<double> alone(4, 0);
+  for (const Setting& s : settings) {
+    const Calls calls = measure(s.disturbers, s.contexts, seconds);
+    if (calls.alloc.empty()) {
+      std::fprintf(stderr, "the victim measured nothing (no device?)\n");
+      return 1;
+    }
+    std::printf("%s: %zu rounds\n", s.name, calls.alloc.size());
+    const std::vector<double>* each[] = {&calls.alloc, &calls.memset, &calls.copy, &calls.event};
+    const char* names[] = {"cuMemAlloc+cuMemFree 8 MiB", "memset 1 MiB + synchronise",
+                           "copy 1 MiB to the host", "event create+destroy"};
+    for (int k = 0; k < 4; ++k) {
+      const double median = percentile(*each[k], 0.5);
+      if (s.disturbers == 0)
+        alone[k] = median;
+      std::printf("  %-28s p50 %8.3f  p90 %8.3f  p99 %8.3f  max %8.3f ms  p50 x%.1f\n", names[k],
+                  median, percentile(*each[k], 0.9), percentile(*each[k], 0.99),
+                  percentile(*each[k], 1.0), alone[k] > 0 ? median / alone[k] : 0.0);
+    }
+  }
+  return 0;
+}
