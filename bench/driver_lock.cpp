@@ -40,20 +40,27 @@ void check(CUresult r, const char* what) {
   }
 }
 
+// Initialises the driver and makes device 0's primary context current.
+void open_context() {
+  CUdevice device;
+  CUcontext context;
+  check(cuInit(0), "cuInit");
+  check(cuDeviceGet(&device, 0), "cuDeviceGet");
+  check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
+  check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+}
+
 // Fresh processes, one after another until killed: each initialises the driver and, for
 // `contexts`, creates the primary context and uses it.
 [[noreturn]] void disturb(bool contexts) {
   for (;;) {
     const pid_t child = ::fork();
     if (child == 0) {
-      check(cuInit(0), "cuInit");
-      if (contexts) {
-        CUdevice device;
-        CUcontext context;
+      if (!contexts) {
+        check(cuInit(0), "cuInit");
+      } else {
+        open_context();
         CUdeviceptr memory;
-        check(cuDeviceGet(&device, 0), "cuDeviceGet");
-        check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
-        check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
         check(cuMemAlloc(&memory, 64 << 20), "cuMemAlloc");
         check(cuMemsetD8(memory, 0, 64 << 20), "cuMemsetD8");
         check(cuCtxSynchronize(), "cuCtxSynchronize");
@@ -90,14 +97,9 @@ Calls measure(int disturbers, bool contexts, double seconds) {
   const pid_t victim = ::fork();
   if (victim == 0) {
     ::close(fds[0]);
-    check(cuInit(0), "cuInit");
-    CUdevice device;
-    CUcontext context;
+    open_context();
     CUstream stream;
     CUdeviceptr buffer;
-    check(cuDeviceGet(&device, 0), "cuDeviceGet");
-    check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
-    check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
     check(cuStreamCreate(&stream, 0), "cuStreamCreate");
     check(cuMemAlloc(&buffer, 1 << 20), "cuMemAlloc");
     std::vector<char> host(1 << 20);
