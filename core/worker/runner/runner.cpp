@@ -116,8 +116,9 @@ public:
   }
 
   // A runner started ahead of its job, for a CUDA kernel type, opens its device before the job
-  // comes (see EngineOpener) when the trusted worker says: `open_device` answers once it is open
-  // (or failed to: bind then opens it again and says why). Only then: cuInit is serialised
+  // comes (see EngineOpener) when the trusted worker says: `open_device` answers once the open
+  // has ended ({cuda: false}: no plugin here runs on CUDA, nothing was opened). An open that
+  // failed is tried again at bind, which says why. Only for CUDA types: cuInit is serialised
   // across the machine's processes, so one that no job of the set needs would cost every CUDA
   // job its turn.
   json::object open_device_now() {
@@ -130,7 +131,7 @@ public:
       opener_.wait();
     }
 #endif
-    reply["opened"] = cuda;
+    reply["cuda"] = cuda;
     return reply;
   }
 

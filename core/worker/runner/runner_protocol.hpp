@@ -8,9 +8,10 @@
 //
 //   runner:  hello           {pid, isolation{...}, prewarmed[], prewarm_errors[], opens_device}
 //                            (no user code yet; opens_device: a prewarmed plugin runs on CUDA)
-//   trusted: open_device     {}                         -> {opened}  (a runner started ahead of
+//   trusted: open_device     {}                         -> {cuda}  (a runner started ahead of
 //                            its job opens its context now, in the trusted worker's turn among
-//                            the machine's openers: engine/device_open_turn.hpp)
+//                            the machine's openers: engine/device_open_turn.hpp; cuda false: no
+//                            plugin of its runs on CUDA)
 //   trusted: load            {plugin}                   -> {manifest{kernel_type, capabilities}}
 //   trusted: compile         {source_code, metadata, io, work_dir, cuda_arch, side}
 //                                                       -> {time_ms, info?} | error
