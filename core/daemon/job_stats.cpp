@@ -71,8 +71,10 @@ void JobStats::finished(result::Verdict verdict, End end, double latency_ms) {
     recent_finishes_.pop_front();
 }
 
-std::array<std::optional<double>, kJobStageCount>
-job_stage_times(double queue_ms, const json::object& timeline, double after_done_ms) {
+std::array<std::optional<double>, kJobStageCount> job_stage_times(double queue_ms,
+                                                                  double worker_wait_ms,
+                                                                  const json::object& timeline,
+                                                                  double after_done_ms) {
   const auto at = [&](const char* step) -> std::optional<double> {
     const json::value* v = timeline.if_contains(step);
     if (v == nullptr || !v->is_number())
@@ -85,27 +87,30 @@ job_stage_times(double queue_ms, const json::object& timeline, double after_done
   std::array<std::optional<double>, kJobStageCount> out{};
   const auto runners = at("runners_started");
   const auto probed = at("cuda_probed");
-  out[0] = queue_ms >= 0 ? std::optional<double>(queue_ms) : std::nullopt;
-  out[1] = runners;
-  out[2] = between(runners, probed);
-  out[3] = between(probed ? probed : runners, at("compiled"));
-  out[4] = between(at("compiled"), at("granted"));
-  out[5] = between(at("granted"), at("engine_open"));
-  out[6] = between(at("engine_open"), at("bound"));
-  out[7] = between(at("bound"), at("validated"));
-  out[8] = between(at("validated"), at("profiled"));
-  out[9] = between(at("stopping"), at("ended"));
+  const auto known = [](double ms) { return ms >= 0 ? std::optional<double>(ms) : std::nullopt; };
+  out[0] = known(queue_ms);
+  out[1] = known(worker_wait_ms);
+  out[2] = runners;
+  out[3] = between(runners, probed);
+  out[4] = between(probed ? probed : runners, at("compiled"));
+  out[5] = between(at("compiled"), at("granted"));
+  out[6] = between(at("granted"), at("engine_open"));
+  out[7] = between(at("engine_open"), at("bound"));
+  out[8] = between(at("bound"), at("validated"));
+  out[9] = between(at("validated"), at("profiled"));
+  out[10] = between(at("stopping"), at("ended"));
   // The worker's exit, measured by the host: a prestarted worker's wall time would count the
   // time it waited for its job.
-  out[10] = after_done_ms;
+  out[11] = after_done_ms;
   return out;
 }
 
-void JobStats::time_spent(double queue_ms, const json::object& timeline, double after_done_ms) {
+void JobStats::time_spent(double queue_ms, double worker_wait_ms, const json::object& timeline,
+                          double after_done_ms) {
   if (timeline.empty())
     return;
   ++totals_.timed_jobs;
-  const auto times = job_stage_times(queue_ms, timeline, after_done_ms);
+  const auto times = job_stage_times(queue_ms, worker_wait_ms, timeline, after_done_ms);
   for (size_t k = 0; k < kJobStageCount; ++k)
     if (times[k]) {
       ++totals_.stages[k].jobs;

@@ -24,8 +24,11 @@ namespace keval::daemon {
 // Where a job's time goes, stage by stage, in the order a job passes them (/stats
 // time_breakdown, /metrics keval_job_stage_seconds):
 //   queue        submitted, waiting for a worker slot (the daemon's clock)
-//   start        the worker has the job; its runners up (a prestarted worker's prewarm not yet
-//                done is waited for here; a fresh worker starts its interpreters here)
+//   worker_wait  waiting for the worker to be ready for the job: a fresh worker's start, or a
+//                prestarted one's prewarm and device open still under way (the daemon's clock,
+//                up to the job frame it sent)
+//   start        the worker has the job; its runners up (a fresh worker starts its interpreters
+//                here; a prestarted one's are up already)
 //   cuda_init    the driver probed (jobs that need CUDA)
 //   compile      every side compiled, no device held
 //   device_wait  waiting for the device grant
@@ -38,8 +41,8 @@ namespace keval::daemon {
 // The worker's steps come from its `done` timeline; a stage whose steps a job did not reach (a
 // compile error has no validation) is not counted for it.
 inline constexpr const char* kJobStages[] = {
-    "queue", "start",      "cuda_init", "compile",  "device_wait", "device_open",
-    "bind",  "validation", "profiling", "teardown", "process"};
+    "queue",       "worker_wait", "start",      "cuda_init", "compile",  "device_wait",
+    "device_open", "bind",        "validation", "profiling", "teardown", "process"};
 inline constexpr size_t kJobStageCount = std::size(kJobStages);
 
 struct StageTime {
@@ -47,10 +50,12 @@ struct StageTime {
   double ms_sum = 0;
 };
 
-// One job's stages (kJobStages order; nullopt: not reached), from the daemon's queue time, the
-// worker's timeline and the time from its `done` to its exit (SessionOutcome::after_done_ms).
+// One job's stages (kJobStages order; nullopt: not reached), from the daemon's queue time, its
+// wait for the worker (negative: the job was never sent), the worker's timeline and the time
+// from its `done` to its exit (SessionOutcome::after_done_ms).
 std::array<std::optional<double>, kJobStageCount>
-job_stage_times(double queue_ms, const boost::json::object& timeline, double after_done_ms);
+job_stage_times(double queue_ms, double worker_wait_ms, const boost::json::object& timeline,
+                double after_done_ms);
 
 // Counted since start-up.
 struct JobCounters {
@@ -116,7 +121,8 @@ public:
   void profiled(const boost::json::object& phase, double ms);
   void finished(result::Verdict verdict, supervisor::SessionOutcome::End end, double latency_ms);
   // A finished job's stages (job_stage_times); nothing when its worker sent no timeline.
-  void time_spent(double queue_ms, const boost::json::object& timeline, double after_done_ms);
+  void time_spent(double queue_ms, double worker_wait_ms, const boost::json::object& timeline,
+                  double after_done_ms);
   void interrupted();
   void record_refused();
   void expired_by_cap(uint64_t jobs);

@@ -28,8 +28,8 @@ TEST(StatsReport, AJobsStagesComeFromTheQueueTheWorkersTimelineAndItsExit) {
                       "granted": 1300, "engine_open": 1400, "bound": 1450, "validated": 1650,
                       "profiled": 2650, "stopping": 2650, "ended": 2850})")
                             .as_object();
-  const auto t = job_stage_times(5, timeline, 50);
-  const double expected[] = {5, 30, 220, 1000, 50, 100, 50, 200, 1000, 200, 50};
+  const auto t = job_stage_times(5, 400, timeline, 50);
+  const double expected[] = {5, 400, 30, 220, 1000, 50, 100, 50, 200, 1000, 200, 50};
   for (size_t k = 0; k < kJobStageCount; ++k) {
     ASSERT_TRUE(t[k]) << kJobStages[k];
     EXPECT_DOUBLE_EQ(*t[k], expected[k]) << kJobStages[k];
@@ -37,30 +37,35 @@ TEST(StatsReport, AJobsStagesComeFromTheQueueTheWorkersTimelineAndItsExit) {
   // A CPU job that failed to compile: no CUDA, no device, no validation; compile counts from
   // the runners.
   const auto failed = job_stage_times(
-      0, json::parse(R"({"runners_started": 20, "stopping": 300, "ended": 350})").as_object(), 50);
+      0, -1, json::parse(R"({"runners_started": 20, "stopping": 300, "ended": 350})").as_object(),
+      50);
   EXPECT_DOUBLE_EQ(*failed[0], 0);
-  EXPECT_DOUBLE_EQ(*failed[1], 20);
+  EXPECT_FALSE(failed[1]); // never sent: no wait for its worker is known
+  EXPECT_DOUBLE_EQ(*failed[2], 20);
   for (const char* stage : {"cuda_init", "compile", "device_wait", "validation", "profiling"}) {
     const size_t k = std::find_if(std::begin(kJobStages), std::end(kJobStages),
                                   [&](const char* s) { return std::string(s) == stage; }) -
                      std::begin(kJobStages);
     EXPECT_FALSE(failed[k]) << stage;
   }
-  EXPECT_DOUBLE_EQ(*failed[9], 50);
   EXPECT_DOUBLE_EQ(*failed[10], 50);
+  EXPECT_DOUBLE_EQ(*failed[11], 50);
 
   JobStats stats;
-  stats.time_spent(5, timeline, 50);
-  stats.time_spent(0, json::object{}, 0); // no timeline: not counted
+  stats.time_spent(5, 400, timeline, 50);
+  stats.time_spent(0, 0, json::object{}, 0); // no timeline: not counted
   StatsSnapshot snapshot;
   snapshot.counters = stats.counters();
   const auto j = stats_json(snapshot);
   const auto& breakdown = j.at("time_breakdown").as_object();
   EXPECT_EQ(breakdown.at("jobs"), 1);
-  const auto& compile = breakdown.at("stages").at(3).as_object();
+  const auto& compile = breakdown.at("stages").at(4).as_object();
   EXPECT_EQ(compile.at("stage"), "compile");
   EXPECT_DOUBLE_EQ(compile.at("mean_ms").as_double(), 1000);
-  EXPECT_NEAR(compile.at("share").as_double(), 1000.0 / 2905.0, 1e-12);
+  EXPECT_NEAR(compile.at("share").as_double(), 1000.0 / 3305.0, 1e-12);
+  const auto& worker_wait = breakdown.at("stages").at(1).as_object();
+  EXPECT_EQ(worker_wait.at("stage"), "worker_wait");
+  EXPECT_DOUBLE_EQ(worker_wait.at("mean_ms").as_double(), 400);
   EXPECT_NE(
       prometheus_text(snapshot).find("keval_job_stage_seconds_total{stage=\"profiling\"} 1\n"),
       std::string::npos);
