@@ -24,17 +24,13 @@ std::string errno_text(const char* what) {
 DeviceOpenTurn::DeviceOpenTurn(const std::filesystem::path& lock_file,
                                std::chrono::milliseconds patience) {
   const auto start = std::chrono::steady_clock::now();
-  const auto waited = [&] {
-    waited_ms_ =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  };
   // Never through a link, and only a file of ours: another user's could be held forever.
   file_.reset(::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
-  struct stat st {};
   if (!file_) {
     why_not_ = errno_text(("opening " + lock_file.string()).c_str());
     return;
   }
+  struct stat st {};
   if (::fstat(file_.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
     why_not_ = lock_file.string() + " is not a regular file of this user";
     file_.reset();
@@ -59,7 +55,8 @@ DeviceOpenTurn::DeviceOpenTurn(const std::filesystem::path& lock_file,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  waited();
+  waited_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!held_)
     file_.reset();
 }

@@ -930,17 +930,9 @@ private:
   // The side's arguments for profiling: validation's, with the first timed inputs written into
   // them (the same calls saved once more), else new ones.
   RemoteBinding bind_for_timing(Side& side, const InputSet& inputs) {
-    if (auto kept = trial_bindings_.find(&side); kept != trial_bindings_.end()) {
-      RemoteBinding binding = std::move(kept->second);
-      trial_bindings_.erase(kept);
-      try {
-        binding.binder->refresh(*engine_, inputs);
-        return binding;
-      } catch (const std::invalid_argument&) {
-        // another dtype or shape: this one is unbound as it goes, and a new one made
-      }
-    }
-    return bind_remote(side, inputs);
+    RemoteBinding binding = std::move(trial_binding(side, inputs));
+    trial_bindings_.erase(&side);
+    return binding;
   }
 
   // Shared clones of the inputs (and fresh outputs) for `side`, handed to its runner.
