@@ -1,8 +1,8 @@
-// While one side is timed the other side's processes stand still (worker/isolation/pause.hpp): a
-// candidate's helper that keeps the machine busy would otherwise slow the reference's samples, and
-// the candidate would gain what the reference lost. The reference here watches a counter the
+// While the reference is timed the candidate's processes stand still (worker/isolation/pause.hpp):
+// a candidate's helper that keeps the machine busy would otherwise slow the reference's samples,
+// and the candidate would gain what the reference lost. The reference here watches a counter the
 // candidate's helper process advances as fast as it can: the helper runs between the reference's
-// timed calls, never during one, and each stop covers two consecutive samples of the other side.
+// timed calls, never during one, and each stop covers two consecutive samples of the reference.
 #include "adversarial_support.hpp"
 
 #include <fstream>
@@ -63,19 +63,16 @@ TEST_F(OtherSidePaused, ACandidatesHelperNeverRunsWhileTheReferenceIsTimed) {
                                    .at("sampling")
                                    .at("other_side_paused")
                                    .as_object();
-  // The reference's samples stopped the candidate's runner and its helper; no process resisted.
+  // The reference's samples stopped the candidate's runner and its helper. The candidate's
+  // samples stop nothing: the reference is the grader's code, idle between calls.
   EXPECT_GE(paused.at("ref").at("processes_most").to_number<int64_t>(), 2) << shown(paused);
-  EXPECT_EQ(paused.at("ref").as_object().if_contains("not_stopped"), nullptr) << shown(paused);
-  EXPECT_GE(paused.at("custom").at("processes_most").to_number<int64_t>(), 1) << shown(paused);
-  // A stop lasts over two consecutive samples of one side (ABBA), so there is about one per
-  // sample pair and warm-up run, not one per sample (2 * kTrials + warm-ups).
-  const int64_t stops = paused.at("ref").at("stops").to_number<int64_t>() +
-                        paused.at("custom").at("stops").to_number<int64_t>();
-  const int64_t warmups =
-      run.body.at("ref_runtime").at("warmup_runs").to_number<int64_t>() +
-      exec_result(run.body).at("runtime_stats").at("warmup_runs").to_number<int64_t>();
-  EXPECT_GE(stops, kTrials) << shown(paused);
-  EXPECT_LE(stops, kTrials + warmups + 2) << "warm-up runs: " << warmups << ", " << shown(paused);
+  EXPECT_EQ(paused.if_contains("custom"), nullptr) << shown(paused);
+  // A stop lasts over two consecutive samples of the reference (ABBA) and over all of its
+  // warm-up runs: one per pair of its samples, one for the first, one for the warm-ups. Not one
+  // per sample (kTrials + 1), and none for the candidate's.
+  const int64_t stops = paused.at("ref").at("stops").to_number<int64_t>();
+  EXPECT_GE(stops, kTrials / 2) << shown(paused);
+  EXPECT_LE(stops, kTrials / 2 + 2) << shown(paused);
 }
 
 } // namespace
