@@ -204,6 +204,11 @@ def run_keval(args, jobs, label="keval"):
             f"{part} {ms / len(jobs):.0f}" for part, ms in profiling_ms.items()))
         for line in slowest_validation_overlaps(workers):
             print("   " + line)
+        warm, warm_before = after.get("warm_workers", {}), before.get("warm_workers", {})
+        if warm:
+            print("   prestarted workers over the batch: " + "  ".join(
+                f"{k} {warm.get(k + '_total', 0) - warm_before.get(k + '_total', 0)}"
+                for k in ("taken", "taken_out_of_order", "missed", "died_idle")))
         return {"wall_s": wall, "latencies_s": latencies, "failures": failures,
                 "gpu_busy_fraction": busy / 1000 / wall / gpus, "time_breakdown": stages,
                 "profiling_ms_per_job": {k: v / len(jobs) for k, v in profiling_ms.items()}}
@@ -262,7 +267,7 @@ def run_sequence(args, n):
         t = time.perf_counter()
         client.compare(request)  # cold: teaches the daemon the set, as the first request would
         print(f"   the cold compare took {time.perf_counter() - t:.1f} s")
-        latencies, failures, starts, timelines, sampling = [], 0, [], [], []
+        latencies, failures, starts, timelines, sampling, waits = [], 0, [], [], [], []
         start = time.perf_counter()
         for _ in range(n):
             t = time.perf_counter()
@@ -274,6 +279,8 @@ def run_sequence(args, n):
             sampling.append(flat_time_ms(metadata_of(r)))
             starts.append((timeline.get("runners_started"), timeline.get("bound"),
                            timeline.get("ended")))
+            worker = metadata_of(r).get("worker", {})
+            waits.append((worker.get("ready_wait_ms"), worker.get("prewarm_s")))
         wall = time.perf_counter() - start
         median = statistics.median(latencies)
         row("sequence", wall, latencies, failures,
@@ -282,6 +289,10 @@ def run_sequence(args, n):
         if all(None not in s for s in starts):
             print("   per job, ms after the job reached its worker: runners up / bound / ended: " +
                   " ".join(f"{a:.0f}/{b:.0f}/{c:.0f}" for a, b, c in starts))
+        if all(w is not None for w, _ in waits):
+            # A stall that no worker timeline shows: the job waited for its prestarted worker.
+            print("   per job, ms waiting for its worker (its whole prewarm, s): " + " ".join(
+                f"{w:.0f}" + (f"({p:.1f})" if p is not None else "") for w, p in waits))
         steps = step_means(timelines)
         if steps:
             print("   mean ms per step: " + "  ".join(f"{k} {v:.0f}" for k, v in steps.items()))

@@ -614,12 +614,10 @@ private:
       j.finished_at = unix_now();
       stats_.finished(verdict, j.record.outcome->end, ms_since(j.submitted_clock));
       if (j.started_clock != Clock::time_point{}) {
-        // From its start to the job frame, both on the system clock (job_sent_unix_ms).
-        const double sent_ms = j.record.outcome->job_sent_unix_ms;
         stats_.time_spent(
             std::chrono::duration<double, std::milli>(j.started_clock - j.submitted_clock).count(),
-            sent_ms > 0 ? std::max(0.0, sent_ms - j.started_at * 1000.0) : -1.0,
-            j.record.outcome->timeline, j.record.outcome->after_done_ms);
+            j.record.outcome->ready_wait_ms, j.record.outcome->timeline,
+            j.record.outcome->after_done_ms);
       }
       waiters.swap(j.waiters);
     });

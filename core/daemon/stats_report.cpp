@@ -48,7 +48,9 @@ json::object stats_json(const StatsSnapshot& s) {
                          {"held_back_by_memory_total", s.warm.held_back_by_memory},
                          {"sets", s.warm.sets},
                          {"ready", s.warm.ready},
+                         {"prewarmed", s.warm.prewarmed},
                          {"taken_total", s.warm.taken},
+                         {"taken_out_of_order_total", s.warm.taken_out_of_order},
                          {"missed_total", s.warm.missed},
                          {"died_idle_total", s.warm.died_idle},
                          {"disabled", s.warm.disabled}};

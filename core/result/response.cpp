@@ -89,6 +89,10 @@ json::object worker_json(const supervisor::SessionOutcome& o) {
     w["timeline_ms"] = o.timeline;
   if (o.job_sent_unix_ms > 0)
     w["job_sent_unix_ms"] = o.job_sent_unix_ms;
+  if (o.ready_wait_ms >= 0)
+    w["ready_wait_ms"] = o.ready_wait_ms;
+  if (o.prewarm_seconds)
+    w["prewarm_s"] = *o.prewarm_seconds;
   if (o.exit_code)
     w["exit_code"] = *o.exit_code;
   if (o.signal)

@@ -77,24 +77,34 @@ std::unique_ptr<PrestartedWorker> WarmPool::take(PrewarmSet prewarm) {
     current.demand.pop_front(); // bounded by the arrivals of one window
   current.demand.push_back(now);
 
-  std::unique_ptr<PrestartedWorker> found;
-  while (!current.workers.empty() && !found) {
-    auto worker = std::move(current.workers.front());
-    current.workers.pop_front();
+  // The dead are dropped first, so that a ready worker is looked for among the living only.
+  for (auto it = current.workers.begin(); it != current.workers.end();) {
     std::string why;
-    if (worker->alive(&why)) {
-      found = std::move(worker);
-      consecutive_deaths_ = 0;
-      ++stats_.taken;
-    } else {
-      ++stats_.died_idle;
-      ++consecutive_deaths_;
-      stats_.last_death = why;
-      spdlog::warn("a prestarted worker died before any job took it ({})", why);
+    if ((*it)->alive(&why)) {
+      ++it;
+      continue;
     }
+    ++stats_.died_idle;
+    ++consecutive_deaths_;
+    stats_.last_death = why;
+    spdlog::warn("a prestarted worker died before any job took it ({})", why);
+    it = current.workers.erase(it);
   }
-  if (!found)
+  std::unique_ptr<PrestartedWorker> found;
+  if (!current.workers.empty()) {
+    auto chosen = std::find_if(current.workers.begin(), current.workers.end(),
+                               [&](const auto& worker) { return sizing_.ready(*worker); });
+    if (chosen == current.workers.end())
+      chosen = current.workers.begin();
+    else if (chosen != current.workers.begin())
+      ++stats_.taken_out_of_order;
+    found = std::move(*chosen);
+    current.workers.erase(chosen);
+    consecutive_deaths_ = 0;
+    ++stats_.taken;
+  } else {
     ++stats_.missed;
+  }
   refill(current);
   return found;
 }
@@ -105,6 +115,9 @@ WarmPoolStats WarmPool::stats() const {
   out.sets = pools_.size();
   for (const auto& pool : pools_) {
     out.ready += pool.workers.size();
+    out.prewarmed += static_cast<size_t>(
+        std::count_if(pool.workers.begin(), pool.workers.end(),
+                      [&](const auto& worker) { return sizing_.ready(*worker); }));
     out.target += target(pool);
   }
   return out;

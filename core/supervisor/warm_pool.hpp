@@ -36,12 +36,14 @@
 namespace keval::supervisor {
 
 struct WarmPoolStats {
-  size_t ready = 0;  // started and waiting, over every set (some may still be prewarming)
-  size_t target = 0; // what the sets' demand asks to keep ready, summed
+  size_t ready = 0;     // started and waiting, over every set (some may still be prewarming)
+  size_t prewarmed = 0; // of `ready`, those that have finished prewarming (said hello)
+  size_t target = 0;    // what the sets' demand asks to keep ready, summed
   size_t held_back_by_memory = 0; // times a pool did not grow for lack of memory
   size_t sets = 0;                // prewarm sets with workers kept ready
   size_t taken = 0;               // handed to jobs
   size_t missed = 0;              // jobs of a prewarming set that found no worker ready for them
+  size_t taken_out_of_order = 0;  // taken ready while an older worker was still prewarming
   size_t died_idle = 0;           // exited before any job took them
   bool disabled = false;          // stopped refilling after repeated deaths
   std::string last_death;         // how the last idle worker ended
@@ -56,9 +58,13 @@ public:
     size_t size = 0;     // ready per set at least (0: the pool stays empty, take() gives null)
     size_t max_size = 0; // ready per set at most, with demand (below `size`: `size`)
     size_t max_sets = 4; // sets kept at once
-    // Test seams: the clock, and whether the machine has memory to grow a pool.
+    // Test seams: the clock, whether the machine has memory to grow a pool, and whether a
+    // worker has finished its prewarm (PrestartedWorker::ready).
     std::function<Clock::time_point()> now = [] { return Clock::now(); };
     std::function<bool()> memory_to_spare = machine_has_memory_to_spare;
+    std::function<bool(const PrestartedWorker&)> ready = [](const PrestartedWorker& worker) {
+      return worker.ready();
+    };
   };
   static bool machine_has_memory_to_spare(); // /proc/meminfo, as below
   // MemAvailable at least a quarter of MemTotal, in /proc/meminfo's format; false unreadable.
@@ -82,7 +88,10 @@ public:
   ~WarmPool(); // kills the workers no job took
 
   // A live worker prestarted for exactly `prewarm` (order does not matter), or null when there
-  // is none (the caller starts one as usual). Starts replacements either way. Thread-safe.
+  // is none (the caller starts one as usual): the oldest that has finished its prewarm, else the
+  // oldest (it started first, so it is likely to finish first). Workers started together do not
+  // finish in order: their prewarms share the cores, and their device opens take turns in no
+  // set order (DeviceOpenTurn). Starts replacements either way. Thread-safe.
   std::unique_ptr<PrestartedWorker> take(PrewarmSet prewarm);
 
   WarmPoolStats stats() const;

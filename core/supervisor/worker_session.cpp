@@ -196,6 +196,7 @@ private:
     if (hello_seen_)
       throw protocol::ProtocolError("a second hello");
     hello_seen_ = true;
+    prewarm_seconds_ = hello.prewarm_seconds;
     if (prestarted_) {
       spdlog::debug("job {}: prestarted worker {} (prewarmed {})", launch_.job_id, hello.pid,
                     json::serialize(hello.prewarmed));
@@ -261,6 +262,7 @@ private:
     job.cuda_arch = launch_.cuda_arch;
     job.seed = launch_.seed;
     job.timeout_ms = launch_.timeout.count();
+    ready_wait_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
     job_sent_unix_ms_ = std::chrono::duration<double, std::milli>(
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
@@ -423,6 +425,8 @@ private:
     outcome.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
     outcome.timeline = timeline_;
     outcome.job_sent_unix_ms = job_sent_unix_ms_;
+    outcome.ready_wait_ms = ready_wait_ms_;
+    outcome.prewarm_seconds = prewarm_seconds_;
     if (done_)
       outcome.after_done_ms =
           std::chrono::duration<double, std::milli>(Clock::now() - done_at_).count();
@@ -470,6 +474,8 @@ private:
   std::chrono::milliseconds budget_left_;
   Clock::time_point armed_at_, started_, done_at_;
   double job_sent_unix_ms_ = 0; // SessionOutcome::job_sent_unix_ms
+  double ready_wait_ms_ = -1;   // SessionOutcome::ready_wait_ms
+  std::optional<double> prewarm_seconds_;
   int pgid_ = -1;
   protocol::JobStage stage_ = protocol::JobStage::starting;
   bool hello_seen_ = false;
@@ -531,6 +537,13 @@ bool PrestartedWorker::alive(std::string* why) {
   remove_runner_places(parts_->sandbox);
   parts_.reset();
   return false;
+}
+
+bool PrestartedWorker::ready() const {
+  if (!parts_ || !parts_->process)
+    return false;
+  boost::system::error_code ec;
+  return parts_->socket.available(ec) > 0 && !ec;
 }
 
 int PrestartedWorker::pid() const {

@@ -67,6 +67,11 @@ struct SessionOutcome {
   // origin of `timeline`, so that jobs of one host can be lined up against each other. 0 when it
   // was never sent.
   double job_sent_unix_ms = 0;
+  // From the session's start to the job frame sent (-1: never sent): a fresh worker's start-up,
+  // or what a prestarted worker had left of its prewarm and device open when the job took it.
+  double ready_wait_ms = -1;
+  // A prestarted worker's own account of its prewarm, device open included (its hello).
+  std::optional<double> prewarm_seconds;
 };
 
 struct SessionHandlers {
@@ -104,6 +109,9 @@ public:
 
   // False once it has exited (it is reaped then); `why` says how it ended.
   bool alive(std::string* why = nullptr);
+  // Whether it has said hello (its prewarm and device open are done: a job sent now starts at
+  // once). Reads nothing: the hello stays for the session that adopts the worker.
+  bool ready() const;
   int pid() const;
 
 private:

@@ -180,6 +180,12 @@ TEST(DaemonWarmWorkers, JobsRunInPrestartedWorkersThatRanTheirPluginsPrewarm) {
     ASSERT_EQ(r.status, 200u) << r.body();
     EXPECT_TRUE(r.json_body().at("kernel_exec_result").at("correctness").as_bool()) << r.body();
     EXPECT_EQ(compiled_in_prewarmed_worker(r), i > 0) << "job " << i << ": " << r.body();
+    // Every job says how long it waited for its worker; a prestarted one also how long its
+    // prewarm took.
+    const json::value body = r.json_body();
+    const auto& worker = body.at("kernel_exec_result").at("metadata").at("worker");
+    EXPECT_GE(worker.at("ready_wait_ms").to_number<double>(), 0) << r.body();
+    EXPECT_EQ(worker.as_object().contains("prewarm_s"), i > 0) << r.body();
     ids.insert(std::string(r.json_body().at("job_id").as_string()));
   }
   EXPECT_EQ(ids.size(), 4u);
@@ -188,6 +194,8 @@ TEST(DaemonWarmWorkers, JobsRunInPrestartedWorkersThatRanTheirPluginsPrewarm) {
   EXPECT_EQ(warm.at("sets"), 1);
   EXPECT_EQ(warm.at("taken_total"), 3);
   EXPECT_EQ(warm.at("missed_total"), 1);
+  EXPECT_EQ(warm.at("ready"), 1);
+  EXPECT_LE(warm.at("prewarmed").to_number<int64_t>(), 1);
   EXPECT_EQ(warm.at("died_idle_total"), 0);
   EXPECT_FALSE(warm.at("disabled").as_bool());
 }

@@ -4,8 +4,11 @@
 #include "supervisor/warm_pool.hpp"
 #include "support/test_env.hpp"
 
+#include <chrono>
+#include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
@@ -130,6 +133,75 @@ TEST(WarmPool, ByDefaultAPoolGrowsToHalfTheCoresAtMostSixAndNeverBelowItsSize) {
   EXPECT_EQ(WarmPool::default_max_size(2, 1), 2u);
   EXPECT_EQ(WarmPool::default_max_size(8, 16), 8u); // --warm-workers above it: no growth
   EXPECT_EQ(WarmPool::default_max_size(0, 16), 6u); // unused: a size of 0 keeps nothing
+}
+
+// Workers started together do not finish their prewarm in order (the cores are shared, device
+// opens take turns in no set order): a job takes the oldest that is done, not the oldest, which
+// would have it wait while a younger one sits ready; with none done, the oldest.
+TEST(WarmPool, AJobTakesTheOldestWorkerDonePrewarmingOverAnOlderOneStillAtIt) {
+  boost::asio::io_context ctx;
+  int slow_pid = -1; // the first worker asked about never finishes its prewarm
+  bool none_done = false;
+  WarmPool pool(ctx.get_executor(), worker_exe(), {},
+                WarmPool::Sizing{.size = 3,
+                                 .max_size = 3,
+                                 .max_sets = 4,
+                                 .ready = [&](const supervisor::PrestartedWorker& worker) {
+                                   if (slow_pid < 0)
+                                     slow_pid = worker.pid();
+                                   return !none_done && worker.pid() != slow_pid;
+                                 }});
+  const auto fault = set_of({"libkeval_fault_plugin.so"});
+  EXPECT_EQ(pool.take(fault), nullptr); // learns the set: three started, the oldest first
+  auto first = pool.take(fault);
+  ASSERT_NE(first, nullptr);
+  ASSERT_GT(slow_pid, 0);
+  EXPECT_NE(first->pid(), slow_pid); // the oldest was asked first and passed over
+  auto second = pool.take(fault);
+  ASSERT_NE(second, nullptr);
+  EXPECT_NE(second->pid(), slow_pid);
+  EXPECT_NE(second->pid(), first->pid());
+  auto stats = pool.stats();
+  EXPECT_EQ(stats.taken_out_of_order, 2u);
+  EXPECT_EQ(stats.ready, 3u);
+  EXPECT_EQ(stats.prewarmed, 2u); // the slow one is not
+
+  none_done = true;
+  auto oldest = pool.take(fault);
+  ASSERT_NE(oldest, nullptr);
+  EXPECT_EQ(oldest->pid(), slow_pid); // none done: the oldest, which started first
+  stats = pool.stats();
+  EXPECT_EQ(stats.taken_out_of_order, 2u);
+  EXPECT_EQ(stats.taken, 3u);
+  EXPECT_EQ(stats.prewarmed, 0u);
+}
+
+// ready() is whether the worker's hello is waiting on its channel: a real worker's, once its
+// prewarm is done, and never a process's that has not written it. Reading nothing, it leaves
+// the hello for the session that adopts the worker.
+TEST(PrestartedWorker, IsReadyOnceItsHelloIsWaitingAndNeverBefore) {
+  boost::asio::io_context ctx;
+  TempDir tmp;
+  const auto silent = tmp.path() / "never-says-hello";
+  {
+    std::ofstream script(silent);
+    script << "#!/bin/sh\nexec sleep 60\n";
+  }
+  std::filesystem::permissions(silent, std::filesystem::perms::owner_all);
+  auto mute = supervisor::PrestartedWorker::spawn(ctx.get_executor(), silent, {},
+                                                  set_of({"libkeval_fault_plugin.so"}));
+  auto worker = supervisor::PrestartedWorker::spawn(ctx.get_executor(), worker_exe(), {},
+                                                    set_of({"libkeval_fault_plugin.so"}));
+  bool ready = false;
+  for (int i = 0; i < 3000 && !ready && worker->alive(); ++i) { // at most 30 s
+    ready = worker->ready();
+    if (!ready)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(ready) << "the prestarted worker never said hello";
+  EXPECT_TRUE(worker->ready()) << "ready() consumed the hello";
+  EXPECT_TRUE(mute->alive());
+  EXPECT_FALSE(mute->ready());
 }
 
 TEST(WarmPool, SizeZeroKeepsNothing) {
