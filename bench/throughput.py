@@ -280,7 +280,7 @@ def run_sequence(args, n):
             starts.append((timeline.get("runners_started"), timeline.get("bound"),
                            timeline.get("ended")))
             worker = metadata_of(r).get("worker", {})
-            waits.append((worker.get("ready_wait_ms"), worker.get("prewarm_s")))
+            waits.append((worker.get("ready_wait_ms"), worker.get("prewarm", {})))
         wall = time.perf_counter() - start
         median = statistics.median(latencies)
         row("sequence", wall, latencies, failures,
@@ -291,8 +291,12 @@ def run_sequence(args, n):
                   " ".join(f"{a:.0f}/{b:.0f}/{c:.0f}" for a, b, c in starts))
         if all(w is not None for w, _ in waits):
             # A stall that no worker timeline shows: the job waited for its prestarted worker.
-            print("   per job, ms waiting for its worker (its whole prewarm, s): " + " ".join(
-                f"{w:.0f}" + (f"({p:.1f})" if p is not None else "") for w, p in waits))
+            print("   per job, ms waiting for its worker (its prewarm, s: total/turn wait/device "
+                  "open): " + " ".join(
+                      f"{w:.0f}" + (f"({p.get('total_s', 0):.1f}/"
+                                    f"{p.get('device_turn_wait_s', 0):.1f}/"
+                                    f"{p.get('device_open_s', 0):.1f})" if p else "")
+                      for w, p in waits))
         steps = step_means(timelines)
         if steps:
             print("   mean ms per step: " + "  ".join(f"{k} {v:.0f}" for k, v in steps.items()))

@@ -30,7 +30,10 @@ std::string offered(const json::array& types) {
 json::object DeviceGrant::to_protocol() const {
   if (type.empty())
     return json::object{{"error", error}};
-  return json::object{{"device", json::object{{"type", type}, {"index", index}}}};
+  json::object grant{{"device", json::object{{"type", type}, {"index", index}}}};
+  if (!quiet)
+    grant["quiet"] = false;
+  return grant;
 }
 
 json::object DeviceGrant::to_json() const {
@@ -53,21 +56,27 @@ bool DevicePool::fits(const Slot& slot, const DeviceWish& wish) const {
 }
 
 std::optional<size_t> DevicePool::free_slot(const DeviceWish& wish) const {
+  // A GPU's jobs that handed it over do not count against its limit; among those free, the one
+  // with fewest holders of any kind (a quiet GPU before one whose last job is still ending).
   std::optional<size_t> best;
   for (size_t i = 0; i < slots_.size(); ++i)
-    if (fits(slots_[i], wish) && slots_[i].holders < jobs_per_gpu_ &&
+    if (fits(slots_[i], wish) && slots_[i].holders - slots_[i].departing < jobs_per_gpu_ &&
         (!best || slots_[i].holders < slots_[*best].holders))
       best = i;
   return best;
 }
 
-DeviceGrant DevicePool::take(size_t slot_index, Ticket ticket) {
+DeviceGrant DevicePool::take(size_t slot_index, Ticket ticket, std::function<void()> on_quiet) {
   Slot& slot = slots_[slot_index];
   if (slot.holders++ == 0)
     slot.busy_since = Clock::now();
   ++slot.grants;
-  held_[ticket] = slot_index;
-  return DeviceGrant{"cuda", slot.device.index, slot.device.gpu_type, {}};
+  held_[ticket] = Held{slot_index, false};
+  DeviceGrant grant{"cuda", slot.device.index, slot.device.gpu_type, {}};
+  grant.quiet = slot.departing == 0;
+  if (!grant.quiet && on_quiet)
+    slot.awaiting_quiet.emplace_back(ticket, std::move(on_quiet));
+  return grant;
 }
 
 void DevicePool::deliver(std::function<void(DeviceGrant)> on_grant, DeviceGrant grant) {
@@ -75,20 +84,21 @@ void DevicePool::deliver(std::function<void(DeviceGrant)> on_grant, DeviceGrant 
       executor_, [on_grant = std::move(on_grant), grant = std::move(grant)]() { on_grant(grant); });
 }
 
-DevicePool::Ticket DevicePool::acquire(DeviceWish wish, std::function<void(DeviceGrant)> on_grant) {
+DevicePool::Ticket DevicePool::acquire(DeviceWish wish, std::function<void(DeviceGrant)> on_grant,
+                                       std::function<void()> on_quiet) {
   std::lock_guard lock(mutex_);
   const Ticket ticket = next_ticket_++;
   const bool any_gpu_fits =
       std::any_of(slots_.begin(), slots_.end(), [&](const Slot& slot) { return fits(slot, wish); });
   if (wants(wish.device_types, "cuda") && any_gpu_fits) {
     if (auto slot = free_slot(wish))
-      deliver(std::move(on_grant), take(*slot, ticket));
+      deliver(std::move(on_grant), take(*slot, ticket, std::move(on_quiet)));
     else
-      waiting_.push_back(Waiter{ticket, std::move(wish), std::move(on_grant)});
+      waiting_.push_back(Waiter{ticket, std::move(wish), std::move(on_grant), std::move(on_quiet)});
     return ticket;
   }
   if (wants(wish.device_types, "cpu")) {
-    held_[ticket] = std::nullopt;
+    held_[ticket] = Held{};
     deliver(std::move(on_grant), DeviceGrant{"cpu", 0, "cpu", {}});
     return ticket;
   }
@@ -106,6 +116,18 @@ DevicePool::Ticket DevicePool::acquire(DeviceWish wish, std::function<void(Devic
   return ticket;
 }
 
+void DevicePool::hand_over(Ticket ticket) {
+  std::lock_guard lock(mutex_);
+  auto held = held_.find(ticket);
+  if (held == held_.end() || !held->second.slot || held->second.departing)
+    return;
+  held->second.departing = true;
+  Slot& slot = slots_[*held->second.slot];
+  ++slot.departing;
+  forget_quiet_wish(slot, ticket); // it times nothing more
+  grant_waiters();
+}
+
 void DevicePool::release(Ticket ticket) {
   std::lock_guard lock(mutex_);
   if (auto it = std::find_if(waiting_.begin(), waiting_.end(),
@@ -117,18 +139,33 @@ void DevicePool::release(Ticket ticket) {
   auto held = held_.find(ticket);
   if (held == held_.end())
     return;
-  const std::optional<size_t> slot_index = held->second;
+  const Held was = held->second;
   held_.erase(held);
-  if (!slot_index)
+  if (!was.slot)
     return; // the CPU device is shared and never waited for
-  Slot& slot = slots_[*slot_index];
+  Slot& slot = slots_[*was.slot];
+  forget_quiet_wish(slot, ticket);
   if (--slot.holders == 0)
     slot.busy_ms +=
         std::chrono::duration<double, std::milli>(Clock::now() - slot.busy_since).count();
-  // FIFO among the waiters this GPU fits; a waiter for another type or arch does not block them.
+  if (was.departing && --slot.departing == 0) {
+    // The last job handing it over is gone: those granted it meanwhile may time now.
+    for (auto& [waiting_ticket, on_quiet] : slot.awaiting_quiet)
+      boost::asio::post(executor_, std::move(on_quiet));
+    slot.awaiting_quiet.clear();
+  }
+  grant_waiters();
+}
+
+void DevicePool::forget_quiet_wish(Slot& slot, Ticket ticket) {
+  std::erase_if(slot.awaiting_quiet, [&](const auto& wish) { return wish.first == ticket; });
+}
+
+// FIFO among the waiters this GPU fits; a waiter for another type or arch does not block them.
+void DevicePool::grant_waiters() {
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (auto free = free_slot(it->wish)) {
-      deliver(std::move(it->on_grant), take(*free, it->ticket));
+      deliver(std::move(it->on_grant), take(*free, it->ticket, std::move(it->on_quiet)));
       it = waiting_.erase(it);
     } else {
       ++it;
@@ -205,7 +242,7 @@ std::vector<GpuState> DevicePool::snapshot() const {
   const auto now = Clock::now();
   std::vector<GpuState> states;
   for (const auto& slot : slots_) {
-    GpuState state{slot.device, slot.holders, slot.grants, slot.busy_ms};
+    GpuState state{slot.device, slot.holders, slot.departing, slot.grants, slot.busy_ms};
     if (slot.holders > 0)
       state.busy_ms += std::chrono::duration<double, std::milli>(now - slot.busy_since).count();
     states.push_back(std::move(state));

@@ -1,6 +1,11 @@
 // The daemon's devices: every visible GPU, leased to one job at a time by default (validation
 // and profiling must not share a GPU, or timings lie), and the CPU device, which CPU-mode kernel
 // types share without a lease. Jobs that find every fitting GPU busy wait in FIFO order.
+//
+// A job whose processes are stopped for good hands its GPU over (hand_over) before they have
+// died: the driver takes a couple of hundred milliseconds to tear down a job's contexts, and the
+// next job validates meanwhile. That job's grant says the GPU is not quiet yet, and it times
+// nothing on it until the one handing over is gone (release): then on_quiet runs.
 #pragma once
 
 #include <chrono>
@@ -44,8 +49,10 @@ struct DeviceGrant {
   int index = 0;
   std::string gpu_type; // the GPU's type, "cpu" for the CPU device
   std::string error;
+  // False: a job that handed this GPU over is still ending; the acquirer's on_quiet follows.
+  bool quiet = true;
 
-  // The worker protocol's grant: {"device": {"type", "index"}} or {"error": "..."}.
+  // The worker protocol's grant: {"device": {"type", "index"}, "quiet"?} or {"error": "..."}.
   boost::json::object to_protocol() const;
   boost::json::object to_json() const; // {"type", "index", "gpu_type"}
 };
@@ -53,7 +60,8 @@ struct DeviceGrant {
 // One GPU as /health and /stats show it.
 struct GpuState {
   GpuDevice device;
-  size_t holders = 0; // jobs holding it now
+  size_t holders = 0;   // jobs holding it now (those handing it over included)
+  size_t departing = 0; // of them, jobs that handed it over and are ending
   uint64_t grants = 0;
   double busy_ms = 0; // time with at least one holder, including the current lease
 };
@@ -69,8 +77,15 @@ public:
 
   // Grants a device now or once a fitting GPU is free. `on_grant` runs on the executor, never
   // inside this call, exactly once unless the ticket is released first. When nothing on this
-  // host can ever fit, the grant carries the error at once.
-  Ticket acquire(DeviceWish wish, std::function<void(DeviceGrant)> on_grant);
+  // host can ever fit, the grant carries the error at once. A grant that is not quiet is
+  // followed by `on_quiet`, on the executor, once no job handing the GPU over is left (unless the
+  // ticket is released or handed over first).
+  Ticket acquire(DeviceWish wish, std::function<void(DeviceGrant)> on_grant,
+                 std::function<void()> on_quiet = {});
+  // The ticket's job will use its GPU no more and every process of its user code is stopped:
+  // the GPU may go to the next job while this one ends. The ticket still holds it until
+  // release. No effect on a ticket that holds no GPU or handed it over already.
+  void hand_over(Ticket ticket);
   // Gives the ticket's device back, or withdraws the ticket from the queue. Idempotent.
   void release(Ticket ticket);
 
@@ -96,28 +111,38 @@ private:
   struct Slot {
     GpuDevice device;
     size_t holders = 0;
+    size_t departing = 0; // holders that handed it over
     uint64_t grants = 0;
     Clock::time_point busy_since;
     double busy_ms = 0;
+    // Holders granted it while it was not quiet, waiting to hear it is.
+    std::vector<std::pair<Ticket, std::function<void()>>> awaiting_quiet;
   };
   struct Waiter {
     Ticket ticket;
     DeviceWish wish;
     std::function<void(DeviceGrant)> on_grant;
+    std::function<void()> on_quiet;
+  };
+  struct Held {
+    std::optional<size_t> slot; // nullopt: the CPU device
+    bool departing = false;
   };
 
   bool fits(const Slot& slot, const DeviceWish& wish) const;
   int least_loaded_arch(const std::optional<std::string>& gpu_type) const; // with mutex_ held
   std::optional<size_t> free_slot(const DeviceWish& wish) const;
-  DeviceGrant take(size_t slot, Ticket ticket);
+  DeviceGrant take(size_t slot, Ticket ticket, std::function<void()> on_quiet);
   void deliver(std::function<void(DeviceGrant)> on_grant, DeviceGrant grant);
+  void grant_waiters();                              // with mutex_ held
+  void forget_quiet_wish(Slot& slot, Ticket ticket); // with mutex_ held
 
   boost::asio::any_io_executor executor_;
   const size_t jobs_per_gpu_;
   mutable std::mutex mutex_;
   std::vector<Slot> slots_;
   std::deque<Waiter> waiting_;
-  std::unordered_map<Ticket, std::optional<size_t>> held_; // ticket -> GPU slot, nullopt: CPU
+  std::unordered_map<Ticket, Held> held_;
   std::map<int, size_t> compiling_; // architecture -> jobs reserved to compile for it
   Ticket next_ticket_ = 1;
 };

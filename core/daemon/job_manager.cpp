@@ -533,6 +533,11 @@ private:
                                                 std::function<void(json::object)> grant) {
       on_need_device(job, types, arch, std::move(grant));
     };
+    handlers.on_device_handover = [this, job] {
+      std::lock_guard lock(mutex_);
+      if (job->ticket)
+        devices_.hand_over(*job->ticket);
+    };
     handlers.on_complete = [this, job](supervisor::SessionOutcome outcome) {
       finish(job, std::move(outcome));
     };
@@ -582,7 +587,8 @@ private:
     }
     DeviceWish wish{types, job->gpu_type, arch};
     const auto ticket = devices_.acquire(
-        std::move(wish), [this, job, grant = std::move(grant)](const DeviceGrant& decision) {
+        std::move(wish),
+        [this, job, grant = std::move(grant)](const DeviceGrant& decision) {
           {
             std::lock_guard lock(mutex_);
             job->granted_clock = Clock::now();
@@ -592,6 +598,15 @@ private:
             }
           }
           grant(decision.to_protocol());
+        },
+        [this, job] { // the job that handed this GPU over is gone: this one may time now
+          std::shared_ptr<supervisor::WorkerSession> session;
+          {
+            std::lock_guard lock(mutex_);
+            session = job->session;
+          }
+          if (session)
+            session->device_quiet();
         });
     std::lock_guard lock(mutex_);
     job->ticket = ticket; // on the session's strand, so before its on_complete

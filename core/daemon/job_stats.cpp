@@ -97,11 +97,15 @@ std::array<std::optional<double>, kJobStageCount> job_stage_times(double queue_m
   out[6] = between(at("granted"), at("engine_open"));
   out[7] = between(at("engine_open"), at("bound"));
   out[8] = between(at("bound"), at("validated"));
-  out[9] = between(at("validated"), at("profiled"));
-  out[10] = between(at("stopping"), at("ended"));
+  const auto quiet = at("quiet");
+  out[9] = quiet            ? between(at("validated"), quiet)
+           : at("profiled") ? std::optional(0.0)
+                            : std::nullopt;
+  out[10] = between(quiet ? quiet : at("validated"), at("profiled"));
+  out[11] = between(at("stopping"), at("ended"));
   // The worker's exit, measured by the host: a prestarted worker's wall time would count the
   // time it waited for its job.
-  out[11] = after_done_ms;
+  out[12] = after_done_ms;
   return out;
 }
 

@@ -35,14 +35,16 @@ namespace keval::daemon {
 //   device_open  the worker's own context on the granted device
 //   bind         the runners' contexts and the arguments bound
 //   validation   the correctness trials
+//   quiet_wait   granted the GPU while its last job was still ending (that job handed it over),
+//                waiting for that job to be gone before anything is timed; 0 for the others
 //   profiling    the timed samples
 //   teardown     every process of the job killed and reaped
 //   process      the worker process itself: spawn, the job frame, exit, its last output read
 // The worker's steps come from its `done` timeline; a stage whose steps a job did not reach (a
 // compile error has no validation) is not counted for it.
 inline constexpr const char* kJobStages[] = {
-    "queue",       "worker_wait", "start",      "cuda_init", "compile",  "device_wait",
-    "device_open", "bind",        "validation", "profiling", "teardown", "process"};
+    "queue", "worker_wait", "start",      "cuda_init", "compile",  "device_wait", "device_open",
+    "bind",  "validation",  "quiet_wait", "profiling", "teardown", "process"};
 inline constexpr size_t kJobStageCount = std::size(kJobStages);
 
 struct StageTime {

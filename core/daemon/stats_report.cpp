@@ -118,6 +118,7 @@ json::object stats_json(const StatsSnapshot& s) {
                     {"arch", g.device.arch},
                     {"state", g.holders > 0 ? "busy" : "idle"},
                     {"jobs_holding", g.holders},
+                    {"jobs_handing_over", g.departing},
                     {"grants_total", g.grants},
                     {"busy_ms", g.busy_ms},
                     {"utilization", ratio(g.busy_ms, c.uptime_s * 1000.0)}});

@@ -340,6 +340,10 @@ WorkerMessage parse_worker_message(const json::object& m) {
     h.prewarm_errors = array_or_empty(m, "prewarm_errors");
     if (m.contains("prewarm_seconds"))
       h.prewarm_seconds = number_at(m, "prewarm_seconds");
+    if (m.contains("device_turn_wait_seconds"))
+      h.device_turn_wait_seconds = number_at(m, "device_turn_wait_seconds");
+    if (m.contains("device_open_seconds"))
+      h.device_open_seconds = number_at(m, "device_open_seconds");
     return h;
   }
   if (type == msg::kPhase) {
@@ -393,6 +397,8 @@ WorkerMessage parse_worker_message(const json::object& m) {
   }
   if (type == msg::kFatal)
     return Fatal{string_at(m, "message")};
+  if (type == msg::kDeviceHandover)
+    return DeviceHandover{};
   throw ProtocolError("unexpected message type '" + type + "'");
 }
 
@@ -412,6 +418,10 @@ json::object to_frame(const WorkerMessage& message) {
             m["prewarm_errors"] = x.prewarm_errors;
           if (x.prewarm_seconds)
             m["prewarm_seconds"] = *x.prewarm_seconds;
+          if (x.device_turn_wait_seconds)
+            m["device_turn_wait_seconds"] = *x.device_turn_wait_seconds;
+          if (x.device_open_seconds)
+            m["device_open_seconds"] = *x.device_open_seconds;
         } else if constexpr (std::is_same_v<T, PhaseMessage>) {
           m["type"] = msg::kPhase;
           m["phase"] = phase_name(x.phase);
@@ -431,6 +441,8 @@ json::object to_frame(const WorkerMessage& message) {
           m["type"] = msg::kDone;
           if (!x.timeline.empty())
             m["timeline"] = x.timeline;
+        } else if constexpr (std::is_same_v<T, DeviceHandover>) {
+          m["type"] = msg::kDeviceHandover;
         } else {
           m["type"] = msg::kFatal;
           m["message"] = x.message;
@@ -454,6 +466,11 @@ Grant parse_grant(const json::object& m) {
   g.device = device->as_object();
   g.device_type = string_at(g.device, "type");
   g.index = g.device.contains("index") ? integer_at(g.device, "index") : 0;
+  if (const json::value* quiet = m.if_contains("quiet")) {
+    if (!quiet->is_bool())
+      throw ProtocolError("'quiet' of grant is not a boolean");
+    g.quiet = quiet->as_bool();
+  }
   return g;
 }
 

@@ -148,6 +148,9 @@ struct Hello {
   boost::json::array prewarmed;  // kernel types whose prewarm ran (prestarted workers)
   boost::json::array prewarm_errors;
   std::optional<double> prewarm_seconds;
+  // Of prewarm_seconds, the wait for the machine's device-open turn and the opens themselves
+  // (this process's context and its runners'), where it opened the device ahead.
+  std::optional<double> device_turn_wait_seconds, device_open_seconds;
 };
 
 // host -> worker: the job.
@@ -182,6 +185,11 @@ struct Done {
 struct Fatal {
   std::string message;
 };
+// The job is past any use of its device that another job could disturb: every process of its
+// user code is stopped and being killed, and the device has half its memory free. The host may
+// grant the device to the next job, which validates beside this one's end and times nothing
+// until this worker is gone (device_quiet).
+struct DeviceHandover {};
 
 // host -> worker: the device a job may use, or why there is none.
 struct Grant {
@@ -189,11 +197,15 @@ struct Grant {
   std::string device_type;    // "cuda" or "cpu"
   int64_t index = 0;          // the CUDA ordinal
   boost::json::object device; // as the host described it (type, index, and what else it knows)
+  // False: the device's last job is still ending (it handed the device over); nothing may be
+  // timed on it before the host's device_quiet.
+  bool quiet = true;
 };
 Grant parse_grant(const boost::json::object& frame);
 
 // What a worker may send.
-using WorkerMessage = std::variant<Hello, PhaseMessage, NeedDevice, Progress, Done, Fatal>;
+using WorkerMessage =
+    std::variant<Hello, PhaseMessage, NeedDevice, Progress, Done, Fatal, DeviceHandover>;
 // Reads one message from the worker; throws ProtocolError naming what is wrong.
 WorkerMessage parse_worker_message(const boost::json::object& frame);
 // The frame for a message (its "type" set).

@@ -91,8 +91,14 @@ json::object worker_json(const supervisor::SessionOutcome& o) {
     w["job_sent_unix_ms"] = o.job_sent_unix_ms;
   if (o.ready_wait_ms >= 0)
     w["ready_wait_ms"] = o.ready_wait_ms;
-  if (o.prewarm_seconds)
-    w["prewarm_s"] = *o.prewarm_seconds;
+  if (o.prewarm_seconds) {
+    json::object prewarm{{"total_s", *o.prewarm_seconds}};
+    if (o.device_turn_wait_seconds)
+      prewarm["device_turn_wait_s"] = *o.device_turn_wait_seconds;
+    if (o.device_open_seconds)
+      prewarm["device_open_s"] = *o.device_open_seconds;
+    w["prewarm"] = std::move(prewarm);
+  }
   if (o.exit_code)
     w["exit_code"] = *o.exit_code;
   if (o.signal)

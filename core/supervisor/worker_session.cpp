@@ -114,6 +114,19 @@ public:
         strand_, [self = shared_from_this()](boost::system::error_code, int) { self->on_exit(); }));
   }
 
+  void device_quiet() override {
+    asio::post(strand_, [self = shared_from_this()] {
+      if (self->end_ || self->exited_)
+        return;
+      if (!self->granted_) { // overtook its grant on the way here: the grant says quiet instead
+        self->quiet_before_grant_ = true;
+        return;
+      }
+      self->trace("device_quiet sent");
+      self->send(json::object{{"type", protocol::msg::kDeviceQuiet}});
+    });
+  }
+
   void cancel() override {
     asio::post(strand_, [self = shared_from_this()] {
       self->force(End::cancelled, "job cancelled");
@@ -197,6 +210,8 @@ private:
       throw protocol::ProtocolError("a second hello");
     hello_seen_ = true;
     prewarm_seconds_ = hello.prewarm_seconds;
+    device_turn_wait_seconds_ = hello.device_turn_wait_seconds;
+    device_open_seconds_ = hello.device_open_seconds;
     if (prestarted_) {
       spdlog::debug("job {}: prestarted worker {} (prewarmed {})", launch_.job_id, hello.pid,
                     json::serialize(hello.prewarmed));
@@ -241,6 +256,12 @@ private:
     done_at_ = Clock::now();
     timeline_ = done.timeline;
     move_to(protocol::JobStage::exiting);
+  }
+
+  void on_message(const protocol::DeviceHandover&) {
+    trace("device_handover");
+    if (handlers_.on_device_handover)
+      handlers_.on_device_handover();
   }
 
   void on_message(const protocol::Fatal& fatal) {
@@ -307,6 +328,9 @@ private:
   void grant(json::object decision) {
     if (end_)
       return;
+    granted_ = true;
+    if (quiet_before_grant_)
+      decision.erase("quiet");
     decision["type"] = protocol::msg::kGrant;
     send(std::move(decision));
     stage_ = protocol::JobStage::validating; // the host's own step: always forward from waiting
@@ -427,6 +451,8 @@ private:
     outcome.job_sent_unix_ms = job_sent_unix_ms_;
     outcome.ready_wait_ms = ready_wait_ms_;
     outcome.prewarm_seconds = prewarm_seconds_;
+    outcome.device_turn_wait_seconds = device_turn_wait_seconds_;
+    outcome.device_open_seconds = device_open_seconds_;
     if (done_)
       outcome.after_done_ms =
           std::chrono::duration<double, std::milli>(Clock::now() - done_at_).count();
@@ -475,10 +501,12 @@ private:
   Clock::time_point armed_at_, started_, done_at_;
   double job_sent_unix_ms_ = 0; // SessionOutcome::job_sent_unix_ms
   double ready_wait_ms_ = -1;   // SessionOutcome::ready_wait_ms
-  std::optional<double> prewarm_seconds_;
+  std::optional<double> prewarm_seconds_, device_turn_wait_seconds_, device_open_seconds_;
   int pgid_ = -1;
   protocol::JobStage stage_ = protocol::JobStage::starting;
   bool hello_seen_ = false;
+  bool granted_ = false;            // the grant was sent
+  bool quiet_before_grant_ = false; // device_quiet came first (see device_quiet)
   bool prestarted_ = false;
   boost::json::object timeline_; // from `done`
   bool done_ = false, exited_ = false, socket_closed_ = false, out_closed_ = false,

@@ -70,8 +70,9 @@ struct SessionOutcome {
   // From the session's start to the job frame sent (-1: never sent): a fresh worker's start-up,
   // or what a prestarted worker had left of its prewarm and device open when the job took it.
   double ready_wait_ms = -1;
-  // A prestarted worker's own account of its prewarm, device open included (its hello).
-  std::optional<double> prewarm_seconds;
+  // A prestarted worker's own account of its prewarm, device open included, and of that the
+  // wait for its device-open turn and the opens (its hello).
+  std::optional<double> prewarm_seconds, device_turn_wait_seconds, device_open_seconds;
 };
 
 struct SessionHandlers {
@@ -83,6 +84,9 @@ struct SessionHandlers {
   std::function<void(const boost::json::array& device_types,
                      std::function<void(boost::json::object)> grant)>
       on_need_device;
+  // The worker's job is done with its device and every process of its user code is stopped
+  // (device_handover): the device may go to the next job before this worker is gone.
+  std::function<void()> on_device_handover;
   // Called exactly once, last.
   std::function<void(SessionOutcome)> on_complete;
 };
@@ -131,6 +135,9 @@ public:
   virtual ~WorkerSession() = default;
   // Kills the worker's process group; on_complete follows with End::cancelled.
   virtual void cancel() = 0;
+  // Tells the worker that the device it was granted while another job was handing it over
+  // (a grant with quiet false) is now quiet: it may time its kernels.
+  virtual void device_quiet() = 0;
 };
 
 // Runs one job on a private io_context and returns when it has ended (the CLI's path).

@@ -184,7 +184,7 @@ public:
     // each on the H100).
     if (const auto* opens = first.if_contains("opens_device");
         opens && opens->is_bool() && opens->as_bool())
-      open_devices_in_turn();
+      open_devices_in_turn(hello);
 #endif
     if (const auto* done = first.if_contains("prewarmed"); done != nullptr && done->is_array())
       hello.prewarmed = done->as_array();
@@ -224,11 +224,13 @@ public:
   // This process's context and each runner's, one after another and in the machine's turn
   // (worker/engine/device_open_turn.hpp): a pool refilling does not open a dozen at once while a
   // job holds the GPU. The worker says hello (is ready for a job) once they are open.
-  void open_devices_in_turn() {
+  void open_devices_in_turn(keval::protocol::Hello& hello) {
     const keval::worker::DeviceOpenTurn turn(keval::worker::DeviceOpenTurn::default_lock_file(),
                                              keval::worker::DeviceOpenTurn::kPatience);
     if (!turn.held())
       spdlog::debug("opening the device without a turn: {}", turn.why_not());
+    hello.device_turn_wait_seconds = turn.waited_ms() / 1000;
+    const auto opening = std::chrono::steady_clock::now();
     for (auto& [side, runner] : ready_) {
       try {
         boost::json::object ask;
@@ -242,6 +244,8 @@ public:
     }
     opener_.start(keval::worker::EngineUse::trusted);
     opener_.wait();
+    hello.device_open_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - opening).count();
   }
 #endif
 

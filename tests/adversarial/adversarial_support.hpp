@@ -86,6 +86,21 @@ inline json::object kernel(const std::string& type, const std::string& source_co
   return k;
 }
 
+// The io of reference_vector_add.cu (out = x + y) over `n` floats: fresh randn inputs.
+inline json::value vector_add_io_of(int64_t n) {
+  const auto tensor = [n](const char* name, const char* role) {
+    json::object spec{{"shape", json::array{n}}, {"dtype", "float32"}};
+    if (std::string(role) == "input")
+      spec["init"] = json::object{{"kind", "randn"}};
+    return json::object{{"name", name}, {"type", "tensor"}, {"role", role}, {"tensor_spec", spec}};
+  };
+  return json::object{
+      {"args", json::array{tensor("x", "input"), tensor("y", "input"), tensor("out", "output"),
+                           json::object{{"name", "n"}, {"type", "int"}, {"value", n}}}},
+      {"launch", json::object{{"grid", json::object{{"x", (n + 255) / 256}}},
+                              {"block", json::object{{"x", 256}}}}}};
+}
+
 // A compare request with a job id; few trials: these cases are about verdicts, not timings.
 inline json::object compare_request(json::object ref, json::object custom,
                                     const std::string& job_id, int64_t num_trials = 5,

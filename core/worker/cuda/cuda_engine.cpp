@@ -394,6 +394,13 @@ public:
     return SmClock{session_.sm_clock_mhz(), max_sm_clock_mhz_};
   }
 
+  std::optional<DeviceMemory> device_memory() override {
+    session_.throw_if_faulted();
+    size_t free_bytes = 0, total_bytes = 0;
+    session_.check(api().cuMemGetInfo(&free_bytes, &total_bytes), "cuMemGetInfo");
+    return DeviceMemory{free_bytes, total_bytes};
+  }
+
   std::unique_ptr<Timer> make_timer(std::function<void()> launch, bool capture,
                                     bool trace) override {
     session_.throw_if_faulted();

@@ -140,6 +140,14 @@ public:
   };
   virtual std::optional<SmClock> read_sm_clock() { return std::nullopt; }
 
+  // The device's memory as its driver counts it, every process's allocations together; nullopt
+  // where there is no such count (the CPU). Throws as synchronize() does.
+  struct DeviceMemory {
+    uint64_t free_bytes = 0;
+    uint64_t total_bytes = 0;
+  };
+  virtual std::optional<DeviceMemory> device_memory() { return std::nullopt; }
+
   // Prepares repeated timing of `launch`, which enqueues exactly one kernel invocation on
   // stream() with fixed arguments. Engines that can capture it once (a CUDA graph) and replay it;
   // otherwise each sample calls it. Exceptions from `launch` propagate out of make_timer() (when

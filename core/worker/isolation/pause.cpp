@@ -69,6 +69,12 @@ void PausedProcesses::resume() {
   stopped_.clear();
 }
 
+void PausedProcesses::kill() {
+  for (const pid_t pid : stopped_)
+    ::kill(pid, SIGKILL);
+  stopped_.clear();
+}
+
 PausedProcesses PausedProcesses::pause(const std::vector<pid_t>& roots,
                                        const std::function<bool(pid_t)>& pause_orphan,
                                        double wait_ms) {

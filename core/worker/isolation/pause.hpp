@@ -34,6 +34,10 @@ public:
   static PausedProcesses pause(const std::vector<pid_t>& roots,
                                const std::function<bool(pid_t)>& pause_orphan, double wait_ms);
 
+  // Ends every stopped process (SIGKILL, which a stopped process takes too) instead of letting
+  // it go on: none of them runs another instruction. Nothing is left to resume.
+  void kill();
+
   size_t size() const { return stopped_.size(); }
   // Empty when every process found was stopped; else what could not be, and why.
   const std::string& failure() const { return failure_; }

@@ -297,6 +297,7 @@ private:
     step("bound");
     if (validate()) {
       step("validated");
+      wait_until_quiet();
       profile();
       step("profiled");
     }
@@ -320,6 +321,7 @@ private:
   void stop_runners() {
     step("stopping");
     held_.reset(); // before their pids can be anyone else's
+    hand_over_device();
     for (auto& side : sides_)
       if (side->runner)
         side->runner->kill();
@@ -332,6 +334,55 @@ private:
     isolation::kill_descendants();
     step("ended");
   }
+  // The driver takes a couple of hundred milliseconds to tear down the contexts of a job's
+  // processes (more for a torch runner's), all of it with the GPU held. Once no process of the
+  // job's user code can run another instruction, the GPU may go to the next job, which validates
+  // meanwhile and times nothing until this worker is gone (the host's device_quiet): every
+  // process this worker has (the runners, their descendants, the orphans it adopted) is stopped,
+  // then killed. The next job may also need memory that these processes still hold until they
+  // are gone, so the GPU is handed over only with at least half of it free. Anything in doubt
+  // (a process that did not stop, a device that cannot say, the host out of reach) keeps the GPU
+  // held until the end, as without a handover.
+  void hand_over_device() {
+    if (!engine_ || granted_.empty() || !granted_.contains("type") || granted_.at("type") != "cuda")
+      return;
+    std::vector<pid_t> roots;
+    for (const auto& side : sides_)
+      if (side->runner)
+        roots.push_back(side->runner->pid());
+    isolation::PausedProcesses stopped = isolation::PausedProcesses::pause(
+        roots, [](pid_t) { return true; }, kPauseWaitMs);
+    const bool all_stopped = stopped.failure().empty();
+    std::optional<Engine::DeviceMemory> memory;
+    try {
+      memory = engine_->device_memory();
+    } catch (const std::exception& e) {
+      spdlog::debug("job {}: the device's memory cannot be read ({})", job_.job_id, e.what());
+    }
+    stopped.kill();
+    if (!all_stopped || !memory || memory->free_bytes < memory->total_bytes / 2)
+      return;
+    try {
+      channel_.send(protocol::to_frame(protocol::DeviceHandover{}));
+    } catch (const std::exception&) {
+      return; // the host is gone: nothing to hand over to
+    }
+    step("handed_over");
+  }
+
+  // A grant made while the GPU's last job was still ending (quiet false) is followed by the
+  // host's device_quiet once that job is gone; nothing is timed before it.
+  void wait_until_quiet() {
+    if (device_quiet_)
+      return;
+    const json::object frame = channel_.receive();
+    const json::value* type = frame.if_contains("type");
+    if (type == nullptr || !type->is_string() || type->as_string() != protocol::msg::kDeviceQuiet)
+      throw protocol::ProtocolError("expected device_quiet from the host");
+    device_quiet_ = true;
+    step("quiet");
+  }
+
   // ---------------------------------------------------------------------------------------
   // Plugins and compilation (before any device is held)
 
@@ -581,6 +632,7 @@ private:
       return false;
     }
     granted_ = grant.device;
+    device_quiet_ = grant.quiet;
     return true;
   }
 
@@ -2008,6 +2060,7 @@ private:
   // Destroyed before the engine, like buffers_.
   std::map<const Side*, RemoteBinding> trial_bindings_;
   json::object granted_;
+  bool device_quiet_ = true; // the grant's quiet, until the host's device_quiet (wait_until_quiet)
   int64_t next_binding_ = 1;
   int64_t companion_seq_ = 0;
   Clock::time_point started_ = Clock::now();

@@ -13,20 +13,8 @@ namespace {
 
 constexpr int64_t kN = 1 << 16;
 
-json::object tensor_arg(const char* name, const char* role) {
-  json::object spec{{"shape", json::array{kN}}, {"dtype", "float32"}};
-  if (std::string(role) == "input")
-    spec["init"] = json::object{{"kind", "randn"}};
-  return json::object{{"name", name}, {"type", "tensor"}, {"role", role}, {"tensor_spec", spec}};
-}
-
 json::value vector_add_io() {
-  return json::object{
-      {"args",
-       json::array{tensor_arg("x", "input"), tensor_arg("y", "input"), tensor_arg("out", "output"),
-                   json::object{{"name", "n"}, {"type", "int"}, {"value", kN}}}},
-      {"launch",
-       json::object{{"grid", json::object{{"x", kN / 256}}}, {"block", json::object{{"x", 256}}}}}};
+  return vector_add_io_of(kN);
 }
 
 std::string method_of(const json::value& stats) {

@@ -185,7 +185,9 @@ TEST(DaemonWarmWorkers, JobsRunInPrestartedWorkersThatRanTheirPluginsPrewarm) {
     const json::value body = r.json_body();
     const auto& worker = body.at("kernel_exec_result").at("metadata").at("worker");
     EXPECT_GE(worker.at("ready_wait_ms").to_number<double>(), 0) << r.body();
-    EXPECT_EQ(worker.as_object().contains("prewarm_s"), i > 0) << r.body();
+    EXPECT_EQ(worker.as_object().contains("prewarm"), i > 0) << r.body();
+    if (i > 0)
+      EXPECT_GE(worker.at("prewarm").at("total_s").to_number<double>(), 0) << r.body();
     ids.insert(std::string(r.json_body().at("job_id").as_string()));
   }
   EXPECT_EQ(ids.size(), 4u);
@@ -194,8 +196,9 @@ TEST(DaemonWarmWorkers, JobsRunInPrestartedWorkersThatRanTheirPluginsPrewarm) {
   EXPECT_EQ(warm.at("sets"), 1);
   EXPECT_EQ(warm.at("taken_total"), 3);
   EXPECT_EQ(warm.at("missed_total"), 1);
-  EXPECT_EQ(warm.at("ready"), 1);
-  EXPECT_LE(warm.at("prewarmed").to_number<int64_t>(), 1);
+  // At least the one per set, more where the machine's cores let the pool follow the demand.
+  EXPECT_GE(warm.at("ready").to_number<int64_t>(), 1);
+  EXPECT_LE(warm.at("prewarmed").to_number<int64_t>(), warm.at("ready").to_number<int64_t>());
   EXPECT_EQ(warm.at("died_idle_total"), 0);
   EXPECT_FALSE(warm.at("disabled").as_bool());
 }

@@ -36,6 +36,90 @@ struct Grants {
   }
 };
 
+// A job whose processes are stopped for good hands its GPU over: the next waiter gets it at once,
+// told it is not quiet, and hears that it is once the job handing over is gone, never before;
+// the one after that still waits for a GPU of its own.
+TEST(DevicePool, AHandedOverGpuGoesToTheNextJobWhichHearsItIsQuietOnceTheLastOneIsGone) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {gpu(0, "H100", 90)});
+  std::vector<int> quiet;
+  const auto quiet_for = [&](int tag) { return [&quiet, tag] { quiet.push_back(tag); }; };
+  const auto first = pool.acquire(cuda_wish(), grants.tagged(1), quiet_for(1));
+  const auto second = pool.acquire(cuda_wish(), grants.tagged(2), quiet_for(2));
+  const auto third = pool.acquire(cuda_wish(), grants.tagged(3), quiet_for(3));
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 1u);
+  EXPECT_TRUE(grants.received[0].second.quiet);
+  EXPECT_FALSE(grants.received[0].second.to_protocol().contains("quiet"));
+
+  pool.hand_over(first);
+  pool.hand_over(first); // once is enough
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 2u); // the second, not the third
+  EXPECT_EQ(grants.received[1].first, 2);
+  EXPECT_FALSE(grants.received[1].second.quiet);
+  EXPECT_EQ(grants.received[1].second.to_protocol().at("quiet"), false);
+  EXPECT_TRUE(quiet.empty());
+  auto gpu_now = pool.snapshot()[0];
+  EXPECT_EQ(gpu_now.holders, 2u);
+  EXPECT_EQ(gpu_now.departing, 1u);
+  EXPECT_EQ(pool.waiting(), 1u);
+
+  pool.release(first); // gone: the second may time now
+  grants.pump();
+  EXPECT_EQ(quiet, std::vector<int>{2});
+  EXPECT_EQ(grants.received.size(), 2u);
+  EXPECT_EQ(pool.snapshot()[0].departing, 0u);
+
+  // The second ends without handing over: the third gets a quiet GPU, the usual way.
+  pool.release(second);
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 3u);
+  EXPECT_EQ(grants.received[2].first, 3);
+  EXPECT_TRUE(grants.received[2].second.quiet);
+  pool.release(third);
+  grants.pump();
+  EXPECT_EQ(quiet, std::vector<int>{2});
+  EXPECT_EQ(pool.snapshot()[0].holders, 0u);
+}
+
+// A job granted a GPU that is not quiet and gone (or handing over itself) before it became quiet
+// hears nothing; two jobs handing over one after the other keep the GPU from being quiet until
+// both are gone.
+TEST(DevicePool, QuietComesOnceEveryJobHandingTheGpuOverIsGoneAndOnlyToHoldersStillWaiting) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {gpu(0, "H100", 90)});
+  std::vector<int> quiet;
+  const auto quiet_for = [&](int tag) { return [&quiet, tag] { quiet.push_back(tag); }; };
+  const auto a = pool.acquire(cuda_wish(), grants.tagged(1), quiet_for(1));
+  const auto b = pool.acquire(cuda_wish(), grants.tagged(2), quiet_for(2));
+  const auto c = pool.acquire(cuda_wish(), grants.tagged(3), quiet_for(3));
+  const auto d = pool.acquire(cuda_wish(), grants.tagged(4), quiet_for(4));
+  pool.hand_over(a); // b granted, not quiet
+  pool.hand_over(b); // b failed quickly and hands over too: c granted, not quiet
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 3u);
+  EXPECT_FALSE(grants.received[2].second.quiet);
+  pool.release(a);
+  grants.pump();
+  EXPECT_TRUE(quiet.empty()); // b is still ending
+  pool.release(c);            // c gives up before it became quiet
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 4u);
+  EXPECT_FALSE(grants.received[3].second.quiet); // d: b is still ending
+  pool.release(b);
+  grants.pump();
+  EXPECT_EQ(quiet, std::vector<int>{4});
+  pool.release(d);
+  // The CPU device is never handed over.
+  const auto cpu = pool.acquire(DeviceWish{json::array{"cpu"}, std::nullopt, 0}, grants.tagged(5));
+  pool.hand_over(cpu);
+  pool.release(cpu);
+  grants.pump();
+  EXPECT_EQ(pool.snapshot()[0].holders, 0u);
+  EXPECT_EQ(pool.snapshot()[0].departing, 0u);
+}
+
 TEST(DevicePool, GpuIsExclusiveAndWaitersAreServedInOrder) {
   Grants grants;
   DevicePool pool(grants.ioc.get_executor(), {gpu(0, "H100", 90)});

@@ -29,11 +29,18 @@ TEST(StatsReport, AJobsStagesComeFromTheQueueTheWorkersTimelineAndItsExit) {
                       "profiled": 2650, "stopping": 2650, "ended": 2850})")
                             .as_object();
   const auto t = job_stage_times(5, 400, timeline, 50);
-  const double expected[] = {5, 400, 30, 220, 1000, 50, 100, 50, 200, 1000, 200, 50};
+  const double expected[] = {5, 400, 30, 220, 1000, 50, 100, 50, 200, 0, 1000, 200, 50};
   for (size_t k = 0; k < kJobStageCount; ++k) {
     ASSERT_TRUE(t[k]) << kJobStages[k];
     EXPECT_DOUBLE_EQ(*t[k], expected[k]) << kJobStages[k];
   }
+  // Granted the GPU while its last job was still ending: the wait for that job to be gone is
+  // quiet_wait, not profiling.
+  auto handed = timeline;
+  handed["quiet"] = 1900;
+  const auto waited = job_stage_times(5, 400, handed, 50);
+  EXPECT_DOUBLE_EQ(*waited[9], 250);
+  EXPECT_DOUBLE_EQ(*waited[10], 750);
   // A CPU job that failed to compile: no CUDA, no device, no validation; compile counts from
   // the runners.
   const auto failed = job_stage_times(
@@ -42,14 +49,15 @@ TEST(StatsReport, AJobsStagesComeFromTheQueueTheWorkersTimelineAndItsExit) {
   EXPECT_DOUBLE_EQ(*failed[0], 0);
   EXPECT_FALSE(failed[1]); // never sent: no wait for its worker is known
   EXPECT_DOUBLE_EQ(*failed[2], 20);
-  for (const char* stage : {"cuda_init", "compile", "device_wait", "validation", "profiling"}) {
+  for (const char* stage :
+       {"cuda_init", "compile", "device_wait", "validation", "quiet_wait", "profiling"}) {
     const size_t k = std::find_if(std::begin(kJobStages), std::end(kJobStages),
                                   [&](const char* s) { return std::string(s) == stage; }) -
                      std::begin(kJobStages);
     EXPECT_FALSE(failed[k]) << stage;
   }
-  EXPECT_DOUBLE_EQ(*failed[10], 50);
   EXPECT_DOUBLE_EQ(*failed[11], 50);
+  EXPECT_DOUBLE_EQ(*failed[12], 50);
 
   JobStats stats;
   stats.time_spent(5, 400, timeline, 50);
@@ -87,7 +95,7 @@ TEST(StatsReport, CountsPhasesFromWhatWorkersReport) {
   StatsSnapshot snapshot;
   snapshot.counters = stats.counters();
   snapshot.jobs_by_status = {{"completed", 1}, {"failed", 1}};
-  snapshot.gpus.push_back(GpuState{GpuDevice{0, "NVIDIA H100", "H100", 90, 1}, 1, 3, 1500});
+  snapshot.gpus.push_back(GpuState{GpuDevice{0, "NVIDIA H100", "H100", 90, 1}, 1, 0, 3, 1500});
   snapshot.http_responses = {{200, 1}, {500, 1}};
   const auto j = stats_json(snapshot);
   EXPECT_EQ(j.at("jobs").at("submitted_total"), 2);

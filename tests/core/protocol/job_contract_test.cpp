@@ -117,6 +117,15 @@ TEST(JobContract, FramesCarryWhatTheyWereBuiltFrom) {
   const Grant gpu = parse_grant(parse(R"({"type":"grant","device":{"type":"cuda","index":1}})"));
   EXPECT_EQ(gpu.device_type, "cuda");
   EXPECT_EQ(gpu.index, 1);
+  EXPECT_TRUE(gpu.quiet); // a host that says nothing hands over nothing
+  const Grant handed =
+      parse_grant(parse(R"({"type":"grant","device":{"type":"cuda","index":0},"quiet":false})"));
+  EXPECT_FALSE(handed.quiet);
+  EXPECT_THROW(
+      parse_grant(parse(R"({"type":"grant","device":{"type":"cuda","index":0},"quiet":"no"})")),
+      ProtocolError);
+  EXPECT_TRUE(std::holds_alternative<DeviceHandover>(
+      parse_worker_message(to_frame(WorkerMessage{DeviceHandover{}}))));
 
   const WorkerMessage hello = Hello{"1.0", 42, {{"subreaper", true}}, {}, {}, std::nullopt};
   const auto parsed = parse_worker_message(to_frame(hello));
