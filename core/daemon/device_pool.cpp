@@ -31,6 +31,8 @@ json::object DeviceGrant::to_protocol() const {
   if (type.empty())
     return json::object{{"error", error}};
   json::object grant{{"device", json::object{{"type", type}, {"index", index}}}};
+  if (type == "cuda") // a leased GPU: the pool takes it back early (hand_over)
+    grant["handover"] = true;
   if (!quiet)
     grant["quiet"] = false;
   return grant;

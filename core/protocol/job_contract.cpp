@@ -471,6 +471,11 @@ Grant parse_grant(const json::object& m) {
       throw ProtocolError("'quiet' of grant is not a boolean");
     g.quiet = quiet->as_bool();
   }
+  if (const json::value* handover = m.if_contains("handover")) {
+    if (!handover->is_bool())
+      throw ProtocolError("'handover' of grant is not a boolean");
+    g.takes_handover = handover->as_bool();
+  }
   return g;
 }
 

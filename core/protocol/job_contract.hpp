@@ -200,6 +200,9 @@ struct Grant {
   // False: the device's last job is still ending (it handed the device over); nothing may be
   // timed on it before the host's device_quiet.
   bool quiet = true;
+  // The host takes a device_handover for this grant (a daemon's GPU pool; a single job's host
+  // has nobody to hand the device to).
+  bool takes_handover = false;
 };
 Grant parse_grant(const boost::json::object& frame);
 

@@ -4,8 +4,9 @@
 //   host:   job          {job_id, mode, request, plugins{type: path}, work_dir, cuda_arch, seed}
 //   worker: phase        {phase: "compiled", result}        -- persisted by the host at once
 //   worker: need_device  {device_types: ["cuda"|"cpu", ...], reason}
-//   host:   grant        {device: {type: "cuda"|"cpu", index}, quiet?}   (or {error} when none
-//                         fits); quiet false: the GPU's last job is still ending
+//   host:   grant        {device: {type: "cuda"|"cpu", index}, quiet?, handover?}   (or {error}
+//                         when none fits); quiet false: the GPU's last job is still ending;
+//                         handover true: the host takes a device_handover
 //   worker: progress     {phase, done, total, message}          -- any time; proves liveness
 //   worker: phase        {phase: "validated", result}
 //   host:   device_quiet {}   -- after a grant with quiet false, once that job is gone; the

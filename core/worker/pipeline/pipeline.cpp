@@ -344,7 +344,8 @@ private:
   // (a process that did not stop, a device that cannot say, the host out of reach) keeps the GPU
   // held until the end, as without a handover.
   void hand_over_device() {
-    if (!engine_ || granted_.empty() || !granted_.contains("type") || granted_.at("type") != "cuda")
+    if (!takes_handover_ || !engine_ || granted_.empty() || !granted_.contains("type") ||
+        granted_.at("type") != "cuda")
       return;
     std::vector<pid_t> roots;
     for (const auto& side : sides_)
@@ -633,6 +634,7 @@ private:
     }
     granted_ = grant.device;
     device_quiet_ = grant.quiet;
+    takes_handover_ = grant.takes_handover;
     return true;
   }
 
@@ -2061,6 +2063,7 @@ private:
   std::map<const Side*, RemoteBinding> trial_bindings_;
   json::object granted_;
   bool device_quiet_ = true; // the grant's quiet, until the host's device_quiet (wait_until_quiet)
+  bool takes_handover_ = false; // the grant's: the host takes a device_handover
   int64_t next_binding_ = 1;
   int64_t companion_seq_ = 0;
   Clock::time_point started_ = Clock::now();

@@ -51,6 +51,7 @@ TEST(DevicePool, AHandedOverGpuGoesToTheNextJobWhichHearsItIsQuietOnceTheLastOne
   ASSERT_EQ(grants.received.size(), 1u);
   EXPECT_TRUE(grants.received[0].second.quiet);
   EXPECT_FALSE(grants.received[0].second.to_protocol().contains("quiet"));
+  EXPECT_EQ(grants.received[0].second.to_protocol().at("handover"), true);
 
   pool.hand_over(first);
   pool.hand_over(first); // once is enough
