@@ -479,6 +479,11 @@ Grant parse_grant(const json::object& m) {
   return g;
 }
 
+void parse_device_quiet(const json::object& m) {
+  if (string_at(m, "type") != msg::kDeviceQuiet)
+    throw ProtocolError("expected device_quiet, got '" + string_at(m, "type") + "'");
+}
+
 json::object to_frame(const JobFrame& job) {
   json::object m;
   m["type"] = msg::kJob;

@@ -205,6 +205,9 @@ struct Grant {
   bool takes_handover = false;
 };
 Grant parse_grant(const boost::json::object& frame);
+// host -> worker, after a grant with quiet false: the device's last job is gone. Throws
+// ProtocolError for any other frame.
+void parse_device_quiet(const boost::json::object& frame);
 
 // What a worker may send.
 using WorkerMessage =

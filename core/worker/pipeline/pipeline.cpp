@@ -376,10 +376,7 @@ private:
   void wait_until_quiet() {
     if (device_quiet_)
       return;
-    const json::object frame = channel_.receive();
-    const json::value* type = frame.if_contains("type");
-    if (type == nullptr || !type->is_string() || type->as_string() != protocol::msg::kDeviceQuiet)
-      throw protocol::ProtocolError("expected device_quiet from the host");
+    protocol::parse_device_quiet(channel_.receive());
     device_quiet_ = true;
     step("quiet");
   }

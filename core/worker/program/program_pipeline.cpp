@@ -634,6 +634,11 @@ private:
     channel_.send(protocol::to_frame(need));
     const auto asked = Clock::now();
     const protocol::Grant grant = protocol::parse_grant(channel_.receive());
+    // A program is timed as it runs, from its first step on the device: granted while the GPU's
+    // last job was still ending (that job handed it over), it waits until that job is gone.
+    // Programs never hand their GPU over: their processes are not the runners this worker stops.
+    if (grant.error.empty() && !grant.quiet)
+      protocol::parse_device_quiet(channel_.receive());
     // The job's timeout does not count the wait for a device; what is left of it must not either.
     device_wait_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - asked).count();
     if (!grant.error.empty()) {

@@ -4,6 +4,9 @@
 // (plugin descriptions, the sandbox probe) goes to the real keval-worker.
 #include "core/daemon/daemon_harness.hpp"
 
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -56,6 +59,16 @@ grant = receive()
 if "device" not in grant:
     send({"type": "fatal", "message": "no device: " + grant.get("error", "")})
     sys.exit(1)
+def log(event):
+    with open(os.path.join(os.environ["FAKE_LOG_DIR"], "%d-%s" % (os.getpid(), event)), "w") as f:
+        f.write(json.dumps({"at": time.time(), "job": metadata.get("name", ""), "grant": grant}))
+log("granted")
+if grant.get("quiet", True) is False:  # the GPU's last job is still ending: time nothing yet
+    quiet = receive()
+    if quiet.get("type") != "device_quiet":
+        send({"type": "fatal", "message": "expected device_quiet, got " + json.dumps(quiet)})
+        sys.exit(1)
+    log("quiet")
 holding = os.path.join(os.environ["FAKE_GPU_DIR"], "holding-%d" % os.getpid())
 open(holding, "w").write(json.dumps(grant["device"]))
 deadline = time.monotonic() + 20
@@ -69,6 +82,11 @@ timing = {"mean": 1, "std": 0, "min": 1, "max": 1, "median": 1, "percentile_95":
           "percentile_99": 1, "count": 1, "method": "cuda_event"}
 send({"type": "phase", "phase": "profiled",
       "result": {"ok": True, "method": "cuda_event", "custom": timing}})
+if metadata.get("handover_ms"):  # its processes stopped for good: the GPU may go on; it ends later
+    send({"type": "device_handover"})
+    log("handed_over")
+    time.sleep(metadata["handover_ms"] / 1000)
+    log("exiting")
 send({"type": "done"})
 )";
 
@@ -79,15 +97,31 @@ protected:
     std::ofstream(worker) << kFakeWorker;
     fs::permissions(worker, fs::perms::owner_all);
     fs::create_directories(holding());
+    fs::create_directories(events());
     daemon_.emplace(dirs_.state(), dirs_.socket(),
                     std::vector<std::string>{"--warm-workers", "0", "--max-workers", "4"},
                     std::vector<std::string>{"KEVAL_WORKER=" + worker.string(),
                                              "KEVAL_REAL_WORKER=" + worker_exe().string(),
-                                             "FAKE_GPU_DIR=" + holding().string()});
+                                             "FAKE_GPU_DIR=" + holding().string(),
+                                             "FAKE_LOG_DIR=" + events().string()});
   }
   void SetUp() override { ASSERT_TRUE(daemon_->wait_ready()) << daemon_->log_tail(); }
 
   fs::path holding() const { return scratch_.path() / "holding"; }
+  fs::path events() const { return scratch_.path() / "events"; } // "<pid>-<event>": {at, job}
+
+  // Each job's events by the name its request gave it: event -> (time, grant).
+  std::map<std::string, std::map<std::string, json::object>> events_by_job() const {
+    std::map<std::string, std::map<std::string, json::object>> out;
+    for (const auto& entry : fs::directory_iterator(events())) {
+      const std::string name = entry.path().filename().string();
+      std::ifstream in(entry.path());
+      const std::string text((std::istreambuf_iterator<char>(in)), {});
+      const json::object event = json::parse(text).as_object();
+      out[std::string(event.at("job").as_string())][name.substr(name.find('-') + 1)] = event;
+    }
+    return out;
+  }
   fs::path socket() const { return dirs_.socket(); }
 
   TempDir scratch_;
@@ -123,6 +157,45 @@ TEST_F(DaemonMultiGpu, JobsHoldEveryGpuAtOnce) {
     EXPECT_EQ(gpu.at("grants_total"), 1) << json::serialize(gpu);
     EXPECT_EQ(gpu.at("jobs_holding"), 0) << json::serialize(gpu);
   }
+}
+
+// A job that hands its GPU over (device_handover) lets the next job have it at once, told it is
+// not quiet; that job hears device_quiet only once the one handing over has exited. Both ask for
+// the H100, so they queue for one GPU.
+TEST_F(DaemonMultiGpu, AHandedOverGpuGoesOnAtOnceAndIsQuietOnlyOnceTheLastJobHasExited) {
+  const auto submit = [&](json::object metadata) {
+    const auto r = HttpClient(socket()).post("/evaluate", with_async(fault_evaluate(metadata)),
+                                             {{"X-GPU-Type", "H100"}});
+    EXPECT_EQ(r.status, 202u) << r.body();
+    return std::string(r.json_body().at("job_id").as_string());
+  };
+  const std::string first = submit(json::object{{"name", "first"}, {"handover_ms", 600}});
+  // The second asks only once the first holds the GPU, so it waits for that GPU.
+  ASSERT_TRUE(eventually([&] { return events_by_job()["first"].contains("granted"); },
+                         std::chrono::seconds(30)))
+      << daemon_->log_tail();
+  const std::string second = submit(json::object{{"name", "second"}});
+  for (const auto& id : {first, second}) {
+    const auto view = wait_finished(socket(), id, std::chrono::seconds(60));
+    EXPECT_EQ(view.at("status"), "completed") << json::serialize(view) << daemon_->log_tail();
+  }
+  auto events = events_by_job();
+  auto& a = events["first"];
+  auto& b = events["second"];
+  ASSERT_TRUE(a.contains("handed_over") && a.contains("exiting")) << daemon_->log_tail();
+  ASSERT_TRUE(b.contains("granted")) << daemon_->log_tail();
+  const auto at = [](const json::object& event) { return event.at("at").to_number<double>(); };
+  EXPECT_EQ(a.at("granted").at("grant").at("handover"), true);
+  EXPECT_FALSE(a.at("granted").at("grant").as_object().contains("quiet"));
+  // Granted while the first was ending, not after it.
+  EXPECT_EQ(b.at("granted").at("grant").at("quiet"), false) << json::serialize(b.at("granted"));
+  EXPECT_GE(at(b.at("granted")), at(a.at("handed_over")));
+  EXPECT_LT(at(b.at("granted")), at(a.at("exiting")));
+  // Quiet only once the first had gone.
+  ASSERT_TRUE(b.contains("quiet")) << daemon_->log_tail();
+  EXPECT_GE(at(b.at("quiet")), at(a.at("exiting")));
+  const auto stats = HttpClient(socket()).get("/stats").json_body();
+  EXPECT_EQ(stats.at("gpus").at(0).at("jobs_handing_over"), 0) << json::serialize(stats);
 }
 
 TEST_F(DaemonMultiGpu, AJobAskingForAGpuTypeGetsThatGpu) {

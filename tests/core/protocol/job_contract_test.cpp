@@ -124,6 +124,9 @@ TEST(JobContract, FramesCarryWhatTheyWereBuiltFrom) {
   EXPECT_THROW(
       parse_grant(parse(R"({"type":"grant","device":{"type":"cuda","index":0},"quiet":"no"})")),
       ProtocolError);
+  EXPECT_NO_THROW(parse_device_quiet(parse(R"({"type":"device_quiet"})")));
+  EXPECT_THROW(parse_device_quiet(parse(R"({"type":"grant","device":{"type":"cuda"}})")),
+               ProtocolError);
   EXPECT_TRUE(std::holds_alternative<DeviceHandover>(
       parse_worker_message(to_frame(WorkerMessage{DeviceHandover{}}))));
 
