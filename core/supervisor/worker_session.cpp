@@ -209,9 +209,7 @@ private:
     if (hello_seen_)
       throw protocol::ProtocolError("a second hello");
     hello_seen_ = true;
-    prewarm_seconds_ = hello.prewarm_seconds;
-    device_turn_wait_seconds_ = hello.device_turn_wait_seconds;
-    device_open_seconds_ = hello.device_open_seconds;
+    hello_ = hello;
     if (prestarted_) {
       spdlog::debug("job {}: prestarted worker {} (prewarmed {})", launch_.job_id, hello.pid,
                     json::serialize(hello.prewarmed));
@@ -450,9 +448,9 @@ private:
     outcome.timeline = timeline_;
     outcome.job_sent_unix_ms = job_sent_unix_ms_;
     outcome.ready_wait_ms = ready_wait_ms_;
-    outcome.prewarm_seconds = prewarm_seconds_;
-    outcome.device_turn_wait_seconds = device_turn_wait_seconds_;
-    outcome.device_open_seconds = device_open_seconds_;
+    outcome.prewarm_seconds = hello_.prewarm_seconds;
+    outcome.device_turn_wait_seconds = hello_.device_turn_wait_seconds;
+    outcome.device_open_seconds = hello_.device_open_seconds;
     if (done_)
       outcome.after_done_ms =
           std::chrono::duration<double, std::milli>(Clock::now() - done_at_).count();
@@ -501,7 +499,7 @@ private:
   Clock::time_point armed_at_, started_, done_at_;
   double job_sent_unix_ms_ = 0; // SessionOutcome::job_sent_unix_ms
   double ready_wait_ms_ = -1;   // SessionOutcome::ready_wait_ms
-  std::optional<double> prewarm_seconds_, device_turn_wait_seconds_, device_open_seconds_;
+  protocol::Hello hello_;       // the worker's, once hello_seen_ (its prewarm's account)
   int pgid_ = -1;
   protocol::JobStage stage_ = protocol::JobStage::starting;
   bool hello_seen_ = false;

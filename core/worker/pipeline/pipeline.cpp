@@ -344,8 +344,7 @@ private:
   // (a process that did not stop, a device that cannot say, the host out of reach) keeps the GPU
   // held until the end, as without a handover.
   void hand_over_device() {
-    if (!takes_handover_ || !engine_ || granted_.empty() || !granted_.contains("type") ||
-        granted_.at("type") != "cuda")
+    if (!takes_handover_ || !engine_) // a CPU engine cannot say its memory: never handed over
       return;
     std::vector<pid_t> roots;
     for (const auto& side : sides_)

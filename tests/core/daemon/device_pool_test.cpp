@@ -27,8 +27,13 @@ struct Grants {
   boost::asio::io_context ioc;
   std::vector<std::pair<int, DeviceGrant>> received; // (caller's tag, grant)
 
+  std::vector<int> quiet; // the tags told their GPU is quiet, in order
+
   std::function<void(DeviceGrant)> tagged(int tag) {
     return [this, tag](DeviceGrant g) { received.emplace_back(tag, std::move(g)); };
+  }
+  std::function<void()> quiet_for(int tag) {
+    return [this, tag] { quiet.push_back(tag); };
   }
   void pump() {
     ioc.restart();
@@ -42,11 +47,10 @@ struct Grants {
 TEST(DevicePool, AHandedOverGpuGoesToTheNextJobWhichHearsItIsQuietOnceTheLastOneIsGone) {
   Grants grants;
   DevicePool pool(grants.ioc.get_executor(), {gpu(0, "H100", 90)});
-  std::vector<int> quiet;
-  const auto quiet_for = [&](int tag) { return [&quiet, tag] { quiet.push_back(tag); }; };
-  const auto first = pool.acquire(cuda_wish(), grants.tagged(1), quiet_for(1));
-  const auto second = pool.acquire(cuda_wish(), grants.tagged(2), quiet_for(2));
-  const auto third = pool.acquire(cuda_wish(), grants.tagged(3), quiet_for(3));
+  const std::vector<int>& quiet = grants.quiet;
+  const auto first = pool.acquire(cuda_wish(), grants.tagged(1), grants.quiet_for(1));
+  const auto second = pool.acquire(cuda_wish(), grants.tagged(2), grants.quiet_for(2));
+  const auto third = pool.acquire(cuda_wish(), grants.tagged(3), grants.quiet_for(3));
   grants.pump();
   ASSERT_EQ(grants.received.size(), 1u);
   EXPECT_TRUE(grants.received[0].second.quiet);
@@ -90,12 +94,11 @@ TEST(DevicePool, AHandedOverGpuGoesToTheNextJobWhichHearsItIsQuietOnceTheLastOne
 TEST(DevicePool, QuietComesOnceEveryJobHandingTheGpuOverIsGoneAndOnlyToHoldersStillWaiting) {
   Grants grants;
   DevicePool pool(grants.ioc.get_executor(), {gpu(0, "H100", 90)});
-  std::vector<int> quiet;
-  const auto quiet_for = [&](int tag) { return [&quiet, tag] { quiet.push_back(tag); }; };
-  const auto a = pool.acquire(cuda_wish(), grants.tagged(1), quiet_for(1));
-  const auto b = pool.acquire(cuda_wish(), grants.tagged(2), quiet_for(2));
-  const auto c = pool.acquire(cuda_wish(), grants.tagged(3), quiet_for(3));
-  const auto d = pool.acquire(cuda_wish(), grants.tagged(4), quiet_for(4));
+  const std::vector<int>& quiet = grants.quiet;
+  const auto a = pool.acquire(cuda_wish(), grants.tagged(1), grants.quiet_for(1));
+  const auto b = pool.acquire(cuda_wish(), grants.tagged(2), grants.quiet_for(2));
+  const auto c = pool.acquire(cuda_wish(), grants.tagged(3), grants.quiet_for(3));
+  const auto d = pool.acquire(cuda_wish(), grants.tagged(4), grants.quiet_for(4));
   pool.hand_over(a); // b granted, not quiet
   pool.hand_over(b); // b failed quickly and hands over too: c granted, not quiet
   grants.pump();
