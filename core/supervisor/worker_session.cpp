@@ -11,6 +11,7 @@
 #include <array>
 #include <csignal>
 #include <deque>
+#include <utility>
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/io_context.hpp>
@@ -69,6 +70,11 @@ constexpr auto kDrainGrace = std::chrono::milliseconds(500);
 // How long a job waits for a prestarted worker that is still prewarming (importing torch and
 // Triton takes seconds; this only catches a prewarm that never ends).
 constexpr auto kPrestartedReadyLimit = std::chrono::seconds(120);
+// How long a job granted a GPU that another job is still handing over waits for device_quiet. The
+// wait is not the job's time (its timeout would otherwise drain while the other job ends); this
+// only catches an ending that never comes: the other job's processes were already killed when it
+// handed the GPU over, and its own timeout bounds the rest.
+constexpr auto kQuietWaitLimit = std::chrono::seconds(120);
 // How long a worker told to stop (SIGTERM) may take to end its job's processes before its whole
 // process group is killed.
 constexpr auto kTerminateGrace = std::chrono::seconds(2);
@@ -124,6 +130,8 @@ public:
       }
       self->trace("device_quiet sent");
       self->send(json::object{{"type", protocol::msg::kDeviceQuiet}});
+      if (std::exchange(self->awaiting_quiet_, false))
+        self->arm_timer(); // the job's time starts now
     });
   }
 
@@ -329,10 +337,15 @@ private:
     granted_ = true;
     if (quiet_before_grant_)
       decision.erase("quiet");
+    const json::value* quiet = decision.if_contains("quiet");
+    awaiting_quiet_ = quiet != nullptr && quiet->is_bool() && !quiet->as_bool();
     decision["type"] = protocol::msg::kGrant;
     send(std::move(decision));
     stage_ = protocol::JobStage::validating; // the host's own step: always forward from waiting
-    arm_timer();
+    if (awaiting_quiet_)
+      await_quiet();
+    else
+      arm_timer();
   }
 
   // --- time ------------------------------------------------------------------------------
@@ -361,6 +374,20 @@ private:
       self->force(End::timed_out, "the prestarted worker was not ready after " +
                                       std::to_string(kPrestartedReadyLimit.count()) +
                                       " s (its plugins' prewarm did not finish); worker killed");
+      self->terminate_job();
+    });
+  }
+
+  // Granted a GPU whose previous job is still ending: the worker times nothing until device_quiet,
+  // and the job's timeout waits too (device_quiet arms it).
+  void await_quiet() {
+    timer_.expires_after(kQuietWaitLimit);
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec)
+        return;
+      self->force(End::timed_out, "the GPU's previous job had not ended " +
+                                      std::to_string(kQuietWaitLimit.count()) +
+                                      " s after it handed the GPU over; worker killed");
       self->terminate_job();
     });
   }
@@ -505,6 +532,7 @@ private:
   bool hello_seen_ = false;
   bool granted_ = false;            // the grant was sent
   bool quiet_before_grant_ = false; // device_quiet came first (see device_quiet)
+  bool awaiting_quiet_ = false;     // granted a GPU not yet quiet; the job's timer waits for it
   bool prestarted_ = false;
   boost::json::object timeline_; // from `done`
   bool done_ = false, exited_ = false, socket_closed_ = false, out_closed_ = false,

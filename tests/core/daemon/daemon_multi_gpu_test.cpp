@@ -59,9 +59,14 @@ grant = receive()
 if "device" not in grant:
     send({"type": "fatal", "message": "no device: " + grant.get("error", "")})
     sys.exit(1)
-def log(event):
-    with open(os.path.join(os.environ["FAKE_LOG_DIR"], "%d-%s" % (os.getpid(), event)), "w") as f:
+def log(event):  # written beside the directory, then renamed in: a reader never sees half of it
+    name = "%d-%s" % (os.getpid(), event)
+    partial = os.path.join(os.environ["FAKE_LOG_DIR"] + ".partial", name)
+    with open(partial, "w") as f:
         f.write(json.dumps({"at": time.time(), "job": metadata.get("name", ""), "grant": grant}))
+    os.rename(partial, os.path.join(os.environ["FAKE_LOG_DIR"], name))
+def logged(suffix):
+    return [name for name in os.listdir(os.environ["FAKE_LOG_DIR"]) if name.endswith(suffix)]
 log("granted")
 if grant.get("quiet", True) is False:  # the GPU's last job is still ending: time nothing yet
     quiet = receive()
@@ -85,6 +90,14 @@ send({"type": "phase", "phase": "profiled",
 if metadata.get("handover_ms"):  # its processes stopped for good: the GPU may go on; it ends later
     send({"type": "device_handover"})
     log("handed_over")
+    # It ends only once the next job holds the GPU (however slowly that one's worker started), so
+    # the grant provably came while this job was ending; then a while longer, so quiet can be late.
+    deadline = time.monotonic() + 20
+    while len(logged("-granted")) < 2:
+        if time.monotonic() > deadline:
+            send({"type": "fatal", "message": "the next job was never granted the GPU"})
+            sys.exit(1)
+        time.sleep(0.01)
     time.sleep(metadata["handover_ms"] / 1000)
     log("exiting")
 send({"type": "done"})
@@ -98,6 +111,7 @@ protected:
     fs::permissions(worker, fs::perms::owner_all);
     fs::create_directories(holding());
     fs::create_directories(events());
+    fs::create_directories(events().string() + ".partial");
     daemon_.emplace(dirs_.state(), dirs_.socket(),
                     std::vector<std::string>{"--warm-workers", "0", "--max-workers", "4"},
                     std::vector<std::string>{"KEVAL_WORKER=" + worker.string(),
@@ -161,20 +175,23 @@ TEST_F(DaemonMultiGpu, JobsHoldEveryGpuAtOnce) {
 
 // A job that hands its GPU over (device_handover) lets the next job have it at once, told it is
 // not quiet; that job hears device_quiet only once the one handing over has exited. Both ask for
-// the H100, so they queue for one GPU.
+// the H100, so they queue for one GPU. The first exits only after the second is granted (a daemon
+// that granted only after the exit fails the first job), whatever the second's start costs. The
+// wait for quiet is not the second job's time: the first ends 2.5 s after that grant, and the
+// second's whole timeout is 2 s.
 TEST_F(DaemonMultiGpu, AHandedOverGpuGoesOnAtOnceAndIsQuietOnlyOnceTheLastJobHasExited) {
-  const auto submit = [&](json::object metadata) {
-    const auto r = HttpClient(socket()).post("/evaluate", with_async(fault_evaluate(metadata)),
-                                             {{"X-GPU-Type", "H100"}});
+  const auto submit = [&](json::object metadata, double timeout_s) {
+    const auto r = HttpClient(socket()).post(
+        "/evaluate", with_async(fault_evaluate(metadata, timeout_s)), {{"X-GPU-Type", "H100"}});
     EXPECT_EQ(r.status, 202u) << r.body();
     return std::string(r.json_body().at("job_id").as_string());
   };
-  const std::string first = submit(json::object{{"name", "first"}, {"handover_ms", 600}});
+  const std::string first = submit(json::object{{"name", "first"}, {"handover_ms", 2500}}, 60);
   // The second asks only once the first holds the GPU, so it waits for that GPU.
   ASSERT_TRUE(eventually([&] { return events_by_job()["first"].contains("granted"); },
                          std::chrono::seconds(30)))
       << daemon_->log_tail();
-  const std::string second = submit(json::object{{"name", "second"}});
+  const std::string second = submit(json::object{{"name", "second"}}, 2);
   for (const auto& id : {first, second}) {
     const auto view = wait_finished(socket(), id, std::chrono::seconds(60));
     EXPECT_EQ(view.at("status"), "completed") << json::serialize(view) << daemon_->log_tail();
@@ -183,7 +200,7 @@ TEST_F(DaemonMultiGpu, AHandedOverGpuGoesOnAtOnceAndIsQuietOnlyOnceTheLastJobHas
   auto& a = events["first"];
   auto& b = events["second"];
   ASSERT_TRUE(a.contains("handed_over") && a.contains("exiting")) << daemon_->log_tail();
-  ASSERT_TRUE(b.contains("granted")) << daemon_->log_tail();
+  ASSERT_TRUE(a.contains("granted") && b.contains("granted")) << daemon_->log_tail();
   const auto at = [](const json::object& event) { return event.at("at").to_number<double>(); };
   EXPECT_EQ(a.at("granted").at("grant").at("handover"), true);
   EXPECT_FALSE(a.at("granted").at("grant").as_object().contains("quiet"));
