@@ -5,6 +5,7 @@
 #include "adversarial_support.hpp"
 
 #include <csignal>
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 

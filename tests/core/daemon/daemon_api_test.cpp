@@ -1,6 +1,6 @@
 // The HTTP API as its clients meet it: curl over the Unix socket, a C++ client with keep-alive,
 // the V2 contract's request and response shapes, and the status code of every kind of answer.
-#include "daemon_harness.hpp"
+#include "support/daemon_harness.hpp"
 
 #include <algorithm>
 #include <regex>
@@ -171,7 +171,7 @@ std::string error_path(const HttpResult& r) {
 
 TEST_F(DaemonApi, MalformedRequestsAre400NamingTheField) {
   HttpClient c = client();
-  const auto bad_json = c.request(http::verb::post, "/evaluate", "{\"kernel\": ");
+  const auto bad_json = c.request("POST", "/evaluate", "{\"kernel\": ");
   ASSERT_EQ(bad_json.status, 400u) << bad_json.body();
   EXPECT_NE(bad_json.json_body().at("error").at("message").as_string().find("invalid JSON"),
             std::string::npos);
@@ -243,17 +243,17 @@ TEST_F(DaemonApi, UnknownRoutesJobsAndMethods) {
   HttpClient c = client();
   EXPECT_EQ(c.get("/nowhere").status, 404u);
   EXPECT_EQ(c.get("/jobs/no-such-job").status, 404u);
-  EXPECT_EQ(c.request(http::verb::delete_, "/jobs/no-such-job").status, 404u);
-  const auto wrong = c.request(http::verb::get, "/evaluate");
+  EXPECT_EQ(c.request("DELETE", "/jobs/no-such-job").status, 404u);
+  const auto wrong = c.request("GET", "/evaluate");
   EXPECT_EQ(wrong.status, 405u);
   EXPECT_EQ(wrong.header("Allow"), "POST");
-  EXPECT_EQ(c.request(http::verb::post, "/health", "{}").status, 405u);
-  EXPECT_EQ(c.request(http::verb::put, "/jobs/x").status, 405u);
+  EXPECT_EQ(c.request("POST", "/health", "{}").status, 405u);
+  EXPECT_EQ(c.request("PUT", "/jobs/x").status, 405u);
 
   const auto done = c.post("/evaluate", fault_evaluate({}));
   ASSERT_EQ(done.status, 200u);
   const std::string id(done.json_body().at("job_id").as_string());
-  EXPECT_EQ(c.request(http::verb::delete_, "/jobs/" + id).status, 409u);
+  EXPECT_EQ(c.request("DELETE", "/jobs/" + id).status, 409u);
 }
 
 TEST_F(DaemonApi, AFullQueueAnswers503WithRetryAfter) {
@@ -274,13 +274,13 @@ TEST_F(DaemonApi, AFullQueueAnswers503WithRetryAfter) {
   EXPECT_EQ(refused.header("Retry-After"), "5");
 
   // Cancelling the queued job frees its place.
-  const auto cancelled = c.request(http::verb::delete_, "/jobs/" + queued_id);
+  const auto cancelled = c.request("DELETE", "/jobs/" + queued_id);
   ASSERT_EQ(cancelled.status, 200u) << cancelled.body();
   EXPECT_EQ(cancelled.json_body().at("status"), "failed");
   EXPECT_EQ(cancelled.json_body().at("compilation_result"), nullptr); // it never started
   EXPECT_NE(cancelled.body().find("cancelled by the client before it started"), std::string::npos);
   EXPECT_EQ(c.post("/evaluate", with_async(fault_evaluate({}))).status, 202u);
-  EXPECT_EQ(c.request(http::verb::delete_, "/jobs/" + running_id).status, 200u);
+  EXPECT_EQ(c.request("DELETE", "/jobs/" + running_id).status, 200u);
 }
 
 TEST(DaemonTcp, TcpIsOptInAndLoopbackOnly) {

@@ -2,10 +2,11 @@
 // clients' connections, its lock are close-on-exec, and a worker starts with stdio and its
 // channel only), and no hearing on its socket: a connection from under a worker is refused 403,
 // while a client beside the daemon is served.
-#include "daemon_harness.hpp"
+#include "support/daemon_harness.hpp"
 
 #include <set>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <gtest/gtest.h>

@@ -5,7 +5,7 @@
 // daemon (its peak RSS stays flat under a 2 MB request for a 2 GiB tensor), and data that does
 // not inflate to its tensor's size is a 400 from the worker, naming the field.
 #include "core/request/request_test_util.hpp"
-#include "daemon_harness.hpp"
+#include "support/daemon_harness.hpp"
 
 #include <regex>
 
@@ -150,8 +150,7 @@ TEST(DaemonUnixSocket, OriginIs403AndCurlDataIsServed) {
   EXPECT_TRUE(served.json().at("kernel_exec_result").at("correctness").as_bool()) << served.body;
 
   const auto origin =
-      HttpClient(dirs.socket())
-          .request(http::verb::get, "/health", {}, {{"Origin", "http://x.example"}});
+      HttpClient(dirs.socket()).request("GET", "/health", {}, {{"Origin", "http://x.example"}});
   EXPECT_EQ(origin.status, 403u) << origin.body();
   EXPECT_EQ(origin.json_body().at("error").at("class"), "forbidden");
 }
@@ -271,8 +270,7 @@ TEST(DaemonTensorData, ZlibDataIsNotInflatedInTheDaemon) {
   ASSERT_LT(body.size(), 4u << 20) << "a small request for a 2 GiB tensor";
 
   const uint64_t before = peak_rss_bytes(daemon.pid());
-  const auto queued =
-      client.request(http::verb::post, "/evaluate", json::serialize(with_async(request)));
+  const auto queued = client.request("POST", "/evaluate", json::serialize(with_async(request)));
   ASSERT_EQ(queued.status, 202u) << queued.body();
   const std::string queued_id(queued.json_body().at("job_id").as_string());
   EXPECT_EQ(client.get("/jobs/" + queued_id).json_body().at("status"), "submitted");
@@ -282,8 +280,8 @@ TEST(DaemonTensorData, ZlibDataIsNotInflatedInTheDaemon) {
             << (zlib.size() >> 10) << " KiB)\n";
   EXPECT_LE(after - before, 64u << 20) << "the daemon inflated the tensor";
 
-  EXPECT_EQ(client.request(http::verb::delete_, "/jobs/" + queued_id).status, 200u);
-  EXPECT_EQ(client.request(http::verb::delete_, "/jobs/" + hanging_id).status, 200u);
+  EXPECT_EQ(client.request("DELETE", "/jobs/" + queued_id).status, 200u);
+  EXPECT_EQ(client.request("DELETE", "/jobs/" + hanging_id).status, 200u);
 }
 
 TEST(DaemonTensorData, DataThatDoesNotInflateToItsSizeIsA400FromTheWorker) {

@@ -1,6 +1,6 @@
 // The job manager through the API: concurrency without loss or duplication, cancellation,
 // timeouts that do not hold up other jobs, expiry.
-#include "daemon_harness.hpp"
+#include "support/daemon_harness.hpp"
 
 #include <algorithm>
 #include <dirent.h>
@@ -111,7 +111,7 @@ TEST_F(DaemonJobs, CancellingARunningJobKillsItsWorker) {
   const std::vector<pid_t> before = children_of(daemon_.pid());
   EXPECT_EQ(before.size(), 3u);
 
-  const auto r = HttpClient(socket()).request(http::verb::delete_, "/jobs/" + id);
+  const auto r = HttpClient(socket()).request("DELETE", "/jobs/" + id);
   ASSERT_EQ(r.status, 200u) << r.body();
   const auto view = r.json_body();
   EXPECT_EQ(view.at("status"), "failed");
@@ -148,7 +148,7 @@ TEST_F(DaemonJobs, AHungJobTimesOutWith500WhileOtherJobsProceed) {
   EXPECT_TRUE(body.at("kernel_exec_result").at("compiled").as_bool());
   EXPECT_TRUE(body.at("kernel_exec_result").at("metadata").as_object().contains("compile"));
 
-  EXPECT_EQ(HttpClient(socket()).request(http::verb::delete_, "/jobs/" + stuck).status, 200u);
+  EXPECT_EQ(HttpClient(socket()).request("DELETE", "/jobs/" + stuck).status, 200u);
   const auto s = stats(socket());
   EXPECT_EQ(s.at("jobs").at("timed_out_total"), 1);
   EXPECT_EQ(s.at("jobs").at("finished_by_verdict").at("success"), 5);

@@ -1,6 +1,6 @@
 // The daemon's life: its socket (private, never stolen, replaced when stale), restarts that keep
 // results and report interrupted jobs, and the two-stage shutdown.
-#include "daemon_harness.hpp"
+#include "support/daemon_harness.hpp"
 
 #include <sys/stat.h>
 

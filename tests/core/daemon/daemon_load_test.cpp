@@ -1,6 +1,6 @@
 // The daemon under sustained load: 500 jobs through kept-alive connections, and its memory and
 // descriptors measured at job 100 and job 500.
-#include "daemon_harness.hpp"
+#include "support/daemon_harness.hpp"
 
 #include <atomic>
 #include <deque>

@@ -2,7 +2,7 @@
 // worker (KEVAL_WORKER) that reports two fake GPUs, an H100 and an A100, and answers jobs by
 // script, recording the device each job was granted. Everything else the daemon asks of a worker
 // (plugin descriptions, the sandbox probe) goes to the real keval-worker.
-#include "core/daemon/daemon_harness.hpp"
+#include "support/daemon_harness.hpp"
 
 #include <fstream>
 #include <iterator>

@@ -1,6 +1,6 @@
 // Records only the host writes (issue 11): a record planted in STATE/jobs, or rewritten there
 // after its job ended, is never served; the daemon's own records survive a restart.
-#include "daemon_harness.hpp"
+#include "support/daemon_harness.hpp"
 
 #include "store/job_store.hpp"
 
@@ -151,7 +151,7 @@ TEST(DaemonRecords, AnOlderRecordOfTheSameJobPutBackIsNotServed) {
   ASSERT_TRUE(wait_status(dirs.socket(), id, "validating"))
       << HttpClient(dirs.socket()).get("/jobs/" + id).body() << daemon.log();
   const std::string while_running = read_text(record_file(dirs.state(), id));
-  ASSERT_EQ(HttpClient(dirs.socket()).request(http::verb::delete_, "/jobs/" + id).status, 200u);
+  ASSERT_EQ(HttpClient(dirs.socket()).request("DELETE", "/jobs/" + id).status, 200u);
   ASSERT_EQ(wait_finished(dirs.socket(), id).at("status"), "failed"); // cancelled
 
   write_text(record_file(dirs.state(), id), while_running);

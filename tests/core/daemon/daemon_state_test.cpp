@@ -1,7 +1,7 @@
 // The state directory under load (issue 12): identical submissions keep one copy of a source, a
 // blob that does not match its digest is never served, and past --state-max-bytes finished jobs
 // are forgotten oldest-first while running ones stay; /stats reports the figures.
-#include "daemon_harness.hpp"
+#include "support/daemon_harness.hpp"
 
 #include <random>
 
