@@ -76,6 +76,11 @@ std::unique_ptr<PrestartedWorker> WarmPool::take(PrewarmSet prewarm) {
   while (!current.demand.empty() && current.demand.front() < now - kDemandWindow)
     current.demand.pop_front(); // bounded by the arrivals of one window
   current.demand.push_back(now);
+  while (!current.busiest.empty() && current.busiest.back().second <= current.demand.size())
+    current.busiest.pop_back(); // never the busiest again: this window is as busy and newer
+  current.busiest.emplace_back(now, current.demand.size());
+  while (current.busiest.front().first < now - kDemandMemory)
+    current.busiest.pop_front(); // not empty: this arrival is last
 
   // The dead are dropped first, so that a ready worker is looked for among the living only.
   for (auto it = current.workers.begin(); it != current.workers.end();) {
@@ -123,11 +128,19 @@ WarmPoolStats WarmPool::stats() const {
   return out;
 }
 
-size_t WarmPool::target(const SetPool& pool) const {
-  const auto horizon = sizing_.now() - kDemandWindow;
-  const auto recent = static_cast<size_t>(std::count_if(
+size_t WarmPool::target(const SetPool& pool, bool remembered) const {
+  const auto now = sizing_.now();
+  const auto horizon = now - kDemandWindow;
+  size_t demand = static_cast<size_t>(std::count_if(
       pool.demand.begin(), pool.demand.end(), [&](Clock::time_point t) { return t >= horizon; }));
-  return std::min(sizing_.max_size, sizing_.size + recent);
+  if (remembered) {
+    const auto busiest =
+        std::find_if(pool.busiest.begin(), pool.busiest.end(),
+                     [&](const auto& window) { return window.first >= now - kDemandMemory; });
+    if (busiest != pool.busiest.end())
+      demand = std::max(demand, busiest->second);
+  }
+  return std::min(sizing_.max_size, sizing_.size + demand);
 }
 
 void WarmPool::refill(SetPool& pool) {
@@ -139,7 +152,10 @@ void WarmPool::refill(SetPool& pool) {
     stats_.disabled = true;
     return;
   }
-  const size_t wanted = target(pool);
+  size_t wanted = target(pool);
+  // Past the current demand, workers are kept for a burst to come only while memory allows.
+  if (wanted > target(pool, false) && !sizing_.memory_to_spare())
+    wanted = target(pool, false);
   while (pool.workers.size() > wanted)
     pool.workers.pop_back(); // the newest, which may not have finished prewarming: killed
   while (pool.workers.size() < wanted) {

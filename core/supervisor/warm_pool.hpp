@@ -14,7 +14,11 @@
 // last kDemandWindow (10 s: longer than a torch prewarm takes, so that back-to-back jobs find the
 // pool refilled, not refilling), at most `max_size`, and grows past `size` only while the machine
 // has memory to spare (MemAvailable at least a quarter of MemTotal): idle workers that import
-// torch hold about a GB each. Past the demand, extras are let go at the next take.
+// torch hold about a GB each. It remembers its busiest window for kDemandMemory (10 min) and
+// keeps that many while memory allows: a reinforcement-learning loop sends a burst of jobs every
+// training step, and the next burst must find the workers the last one grew, not see one arrival,
+// let them go and wait seconds for new ones to prewarm. Past the memory, or once the machine is
+// short of memory, extras are let go at the next take.
 #pragma once
 
 #include "supervisor/worker_session.hpp"
@@ -29,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -70,6 +75,7 @@ public:
   // MemAvailable at least a quarter of MemTotal, in /proc/meminfo's format; false unreadable.
   static bool has_memory_to_spare(std::istream& meminfo);
   static constexpr auto kDemandWindow = std::chrono::seconds(10);
+  static constexpr auto kDemandMemory = std::chrono::minutes(10);
   // `keval serve`'s max_size unless it is given: half the machine's cores, at most
   // kDefaultMaxSize; below `size` (2 cores and fewer: no growth), `size`. A worker's prewarm is
   // CPU work (an interpreter and `import torch` per runner, ~3 s), so a pool larger than the
@@ -101,9 +107,14 @@ private:
     PrewarmSet plugins;
     std::deque<std::unique_ptr<PrestartedWorker>> workers;
     std::deque<Clock::time_point> demand; // its jobs' arrivals within kDemandWindow
+    // (arrival, arrivals within kDemandWindow then) of the last kDemandMemory, the counts falling
+    // from front to back: front() is the busiest window remembered (a sliding-window maximum).
+    std::deque<std::pair<Clock::time_point, size_t>> busiest;
   };
-  size_t target(const SetPool& pool) const; // with mutex_ held: size + recent demand, capped
-  void refill(SetPool& pool);               // with mutex_ held
+  // With mutex_ held: size + the demand (the busiest window remembered, or with
+  // `remembered` false the current one alone), at most max_size.
+  size_t target(const SetPool& pool, bool remembered = true) const;
+  void refill(SetPool& pool); // with mutex_ held
 
   boost::asio::any_io_executor executor_;
   std::filesystem::path worker_exe_;

@@ -79,7 +79,7 @@ TEST(WarmPool, TheLeastRecentlyUsedSetIsDroppedPastTheLimit) {
 
 // A set's pool follows its demand: back-to-back jobs find it grown, not refilling (the third
 // warm torch_cuda request used to wait seconds for an import torch), up to max_size, only while
-// the machine has memory to spare, and it shrinks back once the demand is over.
+// the machine has memory to spare, and it shrinks back once the demand is over and forgotten.
 TEST(WarmPool, APoolGrowsWithItsSetsDemandWithinMemoryAndShrinksAfter) {
   boost::asio::io_context ctx;
   auto now = WarmPool::Clock::time_point{} + std::chrono::hours(1);
@@ -99,8 +99,9 @@ TEST(WarmPool, APoolGrowsWithItsSetsDemandWithinMemoryAndShrinksAfter) {
   EXPECT_EQ(pool.stats().ready, 3u); // capped at max_size
   EXPECT_EQ(pool.stats().target, 3u);
 
-  // The demand is over: the next take sees only itself in the window and lets extras go.
-  now += WarmPool::kDemandWindow + std::chrono::seconds(1);
+  // The demand is over and no longer remembered: the next take sees only itself and lets extras
+  // go.
+  now += WarmPool::kDemandMemory + std::chrono::seconds(1);
   EXPECT_NE(pool.take(fault), nullptr);
   EXPECT_EQ(pool.stats().ready, 2u);
 
@@ -111,6 +112,39 @@ TEST(WarmPool, APoolGrowsWithItsSetsDemandWithinMemoryAndShrinksAfter) {
   const auto stats = pool.stats();
   EXPECT_EQ(stats.ready, 1u);
   EXPECT_GE(stats.held_back_by_memory, 1u);
+}
+
+// A reinforcement-learning loop sends a burst every training step: the next burst, minutes later,
+// finds the workers the last one grew (its first job does not see a quiet window and let them
+// go), while the machine has memory to spare; short of memory, only the current demand is kept.
+TEST(WarmPool, TheBusiestWindowIsRememberedForTheNextBurstWhileMemoryAllows) {
+  boost::asio::io_context ctx;
+  auto now = WarmPool::Clock::time_point{} + std::chrono::hours(1);
+  bool memory = true;
+  WarmPool pool(ctx.get_executor(), worker_exe(), {},
+                WarmPool::Sizing{.size = 1,
+                                 .max_size = 4,
+                                 .max_sets = 4,
+                                 .now = [&] { return now; },
+                                 .memory_to_spare = [&] { return memory; }});
+  const auto fault = set_of({"libkeval_fault_plugin.so"});
+  const auto burst = [&] {
+    for (int i = 0; i < 3; ++i)
+      pool.take(fault);
+  };
+  burst();
+  EXPECT_EQ(pool.stats().ready, 4u); // 1 + three jobs in the window
+
+  now += std::chrono::minutes(5); // the next training step
+  EXPECT_NE(pool.take(fault), nullptr);
+  EXPECT_EQ(pool.stats().ready, 4u) << "the first job of the next burst let the grown pool go";
+  EXPECT_EQ(pool.stats().target, 4u);
+
+  burst();
+  now += std::chrono::minutes(5);
+  memory = false; // the machine needs its memory back: extras past the current demand go
+  EXPECT_NE(pool.take(fault), nullptr);
+  EXPECT_EQ(pool.stats().ready, 2u); // 1 + this job
 }
 
 TEST(WarmPool, MemoryToSpareIsAQuarterOfTheMachineAvailable) {
