@@ -267,48 +267,62 @@ def run_sequence(args, n):
         t = time.perf_counter()
         client.compare(request)  # cold: teaches the daemon the set, as the first request would
         print(f"   the cold compare took {time.perf_counter() - t:.1f} s")
-        latencies, failures, starts, timelines, sampling, waits = [], 0, [], [], [], []
-        start = time.perf_counter()
-        for _ in range(n):
-            t = time.perf_counter()
-            r = client.compare(request)
-            latencies.append(time.perf_counter() - t)
-            failures += 0 if r.ok else 1
-            timeline = metadata_of(r).get("worker", {}).get("timeline_ms", {})
-            timelines.append(timeline)
-            sampling.append(flat_time_ms(metadata_of(r)))
-            starts.append((timeline.get("runners_started"), timeline.get("bound"),
-                           timeline.get("ended")))
-            worker = metadata_of(r).get("worker", {})
-            waits.append((worker.get("ready_wait_ms"), worker.get("prewarm", {})))
-        wall = time.perf_counter() - start
-        median = statistics.median(latencies)
-        row("sequence", wall, latencies, failures,
-            f"  max/median {max(latencies) / median:.2f}")
-        print("   latencies (s): " + " ".join(f"{x:.2f}" for x in latencies))
-        if all(None not in s for s in starts):
-            print("   per job, ms after the job reached its worker: runners up / bound / ended: " +
-                  " ".join(f"{a:.0f}/{b:.0f}/{c:.0f}" for a, b, c in starts))
-        if all(w is not None for w, _ in waits):
-            # A stall that no worker timeline shows: the job waited for its prestarted worker.
-            print("   per job, ms waiting for its worker (its prewarm, s: total/turn wait/device "
-                  "open): " + " ".join(
-                      f"{w:.0f}" + (f"({p.get('total_s', 0):.1f}/"
-                                    f"{p.get('device_turn_wait_s', 0):.1f}/"
-                                    f"{p.get('device_open_s', 0):.1f})" if p else "")
-                      for w, p in waits))
-        steps = step_means(timelines)
-        if steps:
-            print("   mean ms per step: " + "  ".join(f"{k} {v:.0f}" for k, v in steps.items()))
-        parts = sorted({k for spent in sampling for k in spent})
-        if parts:
-            print("   profiling, mean ms per job: " + "  ".join(
-                f"{k} {statistics.mean(spent.get(k, 0) for spent in sampling):.0f}"
-                for k in parts))
-        return {"wall_s": wall, "latencies_s": latencies, "failures": failures,
-                "max_over_median": max(latencies) / median}
+        bursts = []
+        for k in range(args.bursts):
+            if k > 0:  # the next training step: past the pool's 10 s demand window
+                print(f"   ... {args.burst_gap:g} s without requests")
+                time.sleep(args.burst_gap)
+            label = "sequence" if args.bursts == 1 else f"burst {k + 1}"
+            bursts.append(run_burst(client, request, n, label))
+        if args.bursts == 1:
+            return bursts[0]
+        return {"bursts": bursts}
     finally:
         client.close()
+
+
+def run_burst(client, request, n, label):
+    """N back-to-back compares from one client: its row, and where the jobs' time went."""
+    latencies, failures, starts, timelines, sampling, waits = [], 0, [], [], [], []
+    start = time.perf_counter()
+    for _ in range(n):
+        t = time.perf_counter()
+        r = client.compare(request)
+        latencies.append(time.perf_counter() - t)
+        failures += 0 if r.ok else 1
+        timeline = metadata_of(r).get("worker", {}).get("timeline_ms", {})
+        timelines.append(timeline)
+        sampling.append(flat_time_ms(metadata_of(r)))
+        starts.append((timeline.get("runners_started"), timeline.get("bound"),
+                       timeline.get("ended")))
+        worker = metadata_of(r).get("worker", {})
+        waits.append((worker.get("ready_wait_ms"), worker.get("prewarm", {})))
+    wall = time.perf_counter() - start
+    median = statistics.median(latencies)
+    row(label, wall, latencies, failures,
+        f"  max/median {max(latencies) / median:.2f}")
+    print("   latencies (s): " + " ".join(f"{x:.2f}" for x in latencies))
+    if all(None not in s for s in starts):
+        print("   per job, ms after the job reached its worker: runners up / bound / ended: " +
+              " ".join(f"{a:.0f}/{b:.0f}/{c:.0f}" for a, b, c in starts))
+    if all(w is not None for w, _ in waits):
+        # A stall that no worker timeline shows: the job waited for its prestarted worker.
+        print("   per job, ms waiting for its worker (its prewarm, s: total/turn wait/device "
+              "open): " + " ".join(
+                  f"{w:.0f}" + (f"({p.get('total_s', 0):.1f}/"
+                                f"{p.get('device_turn_wait_s', 0):.1f}/"
+                                f"{p.get('device_open_s', 0):.1f})" if p else "")
+                  for w, p in waits))
+    steps = step_means(timelines)
+    if steps:
+        print("   mean ms per step: " + "  ".join(f"{k} {v:.0f}" for k, v in steps.items()))
+    parts = sorted({k for spent in sampling for k in spent})
+    if parts:
+        print("   profiling, mean ms per job: " + "  ".join(
+            f"{k} {statistics.mean(spent.get(k, 0) for spent in sampling):.0f}"
+            for k in parts))
+    return {"wall_s": wall, "latencies_s": latencies, "failures": failures,
+            "max_over_median": max(latencies) / median}
 
 
 def run_fresh(args, jobs):
@@ -365,6 +379,13 @@ def main():
                         default=str(ROOT / "examples/torch_cuda_kernelbench_add.json"),
                         help="the compare --warm-sequence sends (default: KernelBench's "
                              "load_inline add, whose candidate keval builds once and reuses)")
+    parser.add_argument("--bursts", type=int, default=1, metavar="K",
+                        help="send the --warm-sequence K times through the same daemon, "
+                             "--burst-gap seconds apart (an RL loop's training steps: does the "
+                             "next burst find the workers the last one grew?)")
+    parser.add_argument("--burst-gap", type=float, default=30, metavar="SECONDS",
+                        help="quiet time between --bursts (default 30: past the pool's 10 s "
+                             "demand window)")
     parser.add_argument("--sequence-only", action="store_true",
                         help="run only the --warm-sequence rows (for each --versus as well)")
     parser.add_argument("--skip-fresh", action="store_true")

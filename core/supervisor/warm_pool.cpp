@@ -65,7 +65,7 @@ std::unique_ptr<PrestartedWorker> WarmPool::take(PrewarmSet prewarm) {
                            [&](const SetPool& p) { return p.plugins == prewarm; });
   if (pool == pools_.end()) {
     // A set not seen yet (or dropped): this job starts its own worker; later ones find theirs.
-    pools_.push_front(SetPool{std::move(prewarm), {}, {}});
+    pools_.push_front(SetPool{std::move(prewarm), {}, {}, {}});
     if (pools_.size() > sizing_.max_sets)
       pools_.pop_back(); // its idle workers are killed
   } else {
