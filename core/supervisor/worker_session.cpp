@@ -367,27 +367,28 @@ private:
   // A prestarted worker may still be running its plugins' prewarm when a job takes it; that is
   // not the job's time, but it must not take forever either.
   void await_prestarted_hello() {
-    timer_.expires_after(kPrestartedReadyLimit);
-    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-      if (ec)
-        return;
-      self->force(End::timed_out, "the prestarted worker was not ready after " +
-                                      std::to_string(kPrestartedReadyLimit.count()) +
-                                      " s (its plugins' prewarm did not finish); worker killed");
-      self->terminate_job();
-    });
+    end_after(kPrestartedReadyLimit, "the prestarted worker was not ready after " +
+                                         std::to_string(kPrestartedReadyLimit.count()) +
+                                         " s (its plugins' prewarm did not finish); worker killed");
   }
 
   // Granted a GPU whose previous job is still ending: the worker times nothing until device_quiet,
   // and the job's timeout waits too (device_quiet arms it).
   void await_quiet() {
-    timer_.expires_after(kQuietWaitLimit);
-    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    end_after(kQuietWaitLimit, "the GPU's previous job had not ended " +
+                                   std::to_string(kQuietWaitLimit.count()) +
+                                   " s after it handed the GPU over; worker killed");
+  }
+
+  // For a wait that is not the job's time but must not last forever: ends the job (timed_out,
+  // `message`) unless the timer is re-armed or cancelled within `limit`.
+  void end_after(std::chrono::seconds limit, std::string message) {
+    timer_.expires_after(limit);
+    timer_.async_wait([self = shared_from_this(),
+                       message = std::move(message)](boost::system::error_code ec) mutable {
       if (ec)
         return;
-      self->force(End::timed_out, "the GPU's previous job had not ended " +
-                                      std::to_string(kQuietWaitLimit.count()) +
-                                      " s after it handed the GPU over; worker killed");
+      self->force(End::timed_out, std::move(message));
       self->terminate_job();
     });
   }

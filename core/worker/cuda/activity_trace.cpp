@@ -112,17 +112,15 @@ void keep(Collected& c, TracedWork work) {
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   // CUPTI wants 8-byte alignment; a failed allocation hands it no buffer, and it counts what it
   // then drops (take() reports that).
+  uint8_t* spare = nullptr;
   {
     std::lock_guard lock(g_spare.mutex);
     if (!g_spare.buffers.empty()) {
-      *buffer = g_spare.buffers.back();
+      spare = g_spare.buffers.back();
       g_spare.buffers.pop_back();
-      *size = kBufferBytes;
-      *max_records = 0;
-      return;
     }
   }
-  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *buffer = spare != nullptr ? spare : static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
   *size = *buffer != nullptr ? kBufferBytes : 0;
   *max_records = 0;
 }

@@ -1777,15 +1777,15 @@ private:
     return run;
   }
 
-  // Where a sample call's time went inside the runner (runner.cpp's sample: "sample",
-  // "synchronize", "trace", "share"), summed into sampling.time_ms.runs_calls_in_runner. A
+  // Where a sample call's time went inside the runner (runner_msg::sample_account), summed into
+  // sampling.time_ms.runs_calls_in_runner. A
   // process of user code says it, so it is a diagnostic that decides nothing, and is taken only
   // for those names and as far as the call's own wall time allows.
   void add_runner_account(const json::object& reply, double wall_ms) {
     const json::value* account = reply.if_contains("host_ms");
     if (account == nullptr || !account->is_object())
       return;
-    for (const char* part : {"sample", "synchronize", "trace", "share"})
+    for (const char* part : runner_msg::sample_account::kAll)
       if (const json::value* v = account->as_object().if_contains(part); v && v->is_number()) {
         const double ms = v->to_number<double>();
         if (std::isfinite(ms) && ms >= 0 && ms <= wall_ms)

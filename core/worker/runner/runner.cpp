@@ -98,21 +98,21 @@ public:
       hello["prewarm_errors"] = std::move(errors);
     // Opened when the trusted worker says (open_device), in its turn among the machine's
     // openers (worker/engine/device_open_turn.hpp).
-    bool one_stream = true;
-    hello["opens_device"] = uses_cuda(one_stream);
+    hello["opens_device"] = cuda_use().cuda;
   }
 
-  // Whether a plugin loaded here runs on CUDA (`one_stream`: whether all of those launch only on
-  // keval's stream).
-  bool uses_cuda(bool& one_stream) const {
-    bool cuda = false;
-    one_stream = true;
+  struct CudaUse {
+    bool cuda = false;      // a plugin loaded here runs on CUDA
+    bool one_stream = true; // all of those launch only on keval's stream
+  };
+  CudaUse cuda_use() const {
+    CudaUse use;
     for (const auto& [path, plugin] : plugins_)
       if (plugin->has(KEVAL_CAP_DEVICE_CUDA)) {
-        cuda = true;
-        one_stream = one_stream && plugin->has(KEVAL_CAP_ONE_STREAM);
+        use.cuda = true;
+        use.one_stream = use.one_stream && plugin->has(KEVAL_CAP_ONE_STREAM);
       }
-    return cuda;
+    return use;
   }
 
   // A runner started ahead of its job, for a CUDA kernel type, opens its device before the job
@@ -123,15 +123,14 @@ public:
   // job its turn.
   json::object open_device_now() {
     json::object reply;
-    bool one_stream = true;
-    const bool cuda = uses_cuda(one_stream);
+    const CudaUse use = cuda_use();
 #ifdef KEVAL_HAVE_CUDA
-    if (cuda) {
-      open_device(one_stream);
+    if (use.cuda) {
+      open_device(use.one_stream);
       opener_.wait();
     }
 #endif
-    reply["cuda"] = cuda;
+    reply["cuda"] = use.cuda;
     return reply;
   }
 
@@ -643,9 +642,9 @@ private:
       lap_start = now;
     };
     const double ms = binding.timer->sample();
-    lap("sample");
+    lap(runner_msg::sample_account::kSample);
     engine_->synchronize();
-    lap("synchronize");
+    lap(runner_msg::sample_account::kSynchronize);
     json::object reply;
     reply["ms"] = ms;
     // The trace is read before keval's own copies of the outputs below (the next sample's
@@ -656,11 +655,11 @@ private:
       } catch (const TraceLost& e) {
         reply["activity_lost"] = e.what();
       }
-      lap("trace");
+      lap(runner_msg::sample_account::kTrace);
     }
     if (plugin_->has(KEVAL_CAP_RETURNS_OUTPUTS)) {
       reply["outputs"] = share(kOutputs, binding.timed_outputs, fds);
-      lap("share");
+      lap(runner_msg::sample_account::kShare);
     }
     reply["host_ms"] = std::move(account);
     return reply;

@@ -93,6 +93,14 @@ inline constexpr const char* kHardwareTime = "hardware_time";
 inline constexpr const char* kBuildRequest = "build_request";
 inline constexpr const char* kBuildReply = "build_reply";
 inline constexpr const char* kBuildSide = "build";
+// A sample reply's host_ms: where the call's time went in the runner (a diagnostic).
+namespace sample_account {
+inline constexpr const char* kSample = "sample";           // the plugin's timed run
+inline constexpr const char* kSynchronize = "synchronize"; // the device's work after it
+inline constexpr const char* kTrace = "trace";             // reading the run's activity trace
+inline constexpr const char* kShare = "share";             // handing the outputs over
+inline constexpr const char* kAll[] = {kSample, kSynchronize, kTrace, kShare};
+} // namespace sample_account
 // Where a runner finds its channel (apply_sandbox moves it to a high descriptor).
 inline constexpr const char* kChannelFdVariable = "KEVAL_RUNNER_CHANNEL_FD";
 

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
@@ -24,6 +25,23 @@ WarmPool::PrewarmSet set_of(std::initializer_list<const char*> names) {
     set.push_back(test_plugin_dir() / name);
   return set;
 }
+
+// A pool whose clock and memory reading the test sets.
+struct ScriptedPool {
+  ScriptedPool(size_t size, size_t max_size)
+      : pool(ctx.get_executor(), worker_exe(), {},
+             WarmPool::Sizing{.size = size,
+                              .max_size = max_size,
+                              .max_sets = 4,
+                              .now = [this] { return now; },
+                              .memory_to_spare = [this] { return memory; }}) {}
+  std::tuple<WarmPool::Clock::time_point&, bool&, WarmPool&> parts() { return {now, memory, pool}; }
+
+  boost::asio::io_context ctx;
+  WarmPool::Clock::time_point now = WarmPool::Clock::time_point{} + std::chrono::hours(1);
+  bool memory = true;
+  WarmPool pool;
+};
 
 TEST(WarmPool, TheFirstJobOfASetStartsItsOwnAndLaterOnesFindPrestartedWorkers) {
   boost::asio::io_context ctx;
@@ -81,15 +99,8 @@ TEST(WarmPool, TheLeastRecentlyUsedSetIsDroppedPastTheLimit) {
 // warm torch_cuda request used to wait seconds for an import torch), up to max_size, only while
 // the machine has memory to spare, and it shrinks back once the demand is over and forgotten.
 TEST(WarmPool, APoolGrowsWithItsSetsDemandWithinMemoryAndShrinksAfter) {
-  boost::asio::io_context ctx;
-  auto now = WarmPool::Clock::time_point{} + std::chrono::hours(1);
-  bool memory = true;
-  WarmPool pool(ctx.get_executor(), worker_exe(), {},
-                WarmPool::Sizing{.size = 1,
-                                 .max_size = 3,
-                                 .max_sets = 4,
-                                 .now = [&] { return now; },
-                                 .memory_to_spare = [&] { return memory; }});
+  ScriptedPool scripted(1, 3);
+  auto [now, memory, pool] = scripted.parts(); // references into `scripted`
   const auto fault = set_of({"libkeval_fault_plugin.so"});
   EXPECT_EQ(pool.take(fault), nullptr);
   EXPECT_EQ(pool.stats().ready, 2u); // 1 + one job in the window
@@ -118,15 +129,8 @@ TEST(WarmPool, APoolGrowsWithItsSetsDemandWithinMemoryAndShrinksAfter) {
 // finds the workers the last one grew (its first job does not see a quiet window and let them
 // go), while the machine has memory to spare; short of memory, only the current demand is kept.
 TEST(WarmPool, TheBusiestWindowIsRememberedForTheNextBurstWhileMemoryAllows) {
-  boost::asio::io_context ctx;
-  auto now = WarmPool::Clock::time_point{} + std::chrono::hours(1);
-  bool memory = true;
-  WarmPool pool(ctx.get_executor(), worker_exe(), {},
-                WarmPool::Sizing{.size = 1,
-                                 .max_size = 4,
-                                 .max_sets = 4,
-                                 .now = [&] { return now; },
-                                 .memory_to_spare = [&] { return memory; }});
+  ScriptedPool scripted(1, 4);
+  auto [now, memory, pool] = scripted.parts(); // references into `scripted`
   const auto fault = set_of({"libkeval_fault_plugin.so"});
   const auto burst = [&] {
     for (int i = 0; i < 3; ++i)
