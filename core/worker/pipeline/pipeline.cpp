@@ -1778,9 +1778,9 @@ private:
   }
 
   // Where a sample call's time went inside the runner (runner_msg::sample_account), summed into
-  // sampling.time_ms.runs_calls_in_runner. A
-  // process of user code says it, so it is a diagnostic that decides nothing, and is taken only
-  // for those names and as far as the call's own wall time allows.
+  // sampling.time_ms.runs_calls_in_runner. A process of user code says it, so it is a diagnostic
+  // that decides nothing, and is taken only for those names and as far as the call's own wall time
+  // allows.
   void add_runner_account(const json::object& reply, double wall_ms) {
     const json::value* account = reply.if_contains("host_ms");
     if (account == nullptr || !account->is_object())
