@@ -24,9 +24,9 @@ protected:
 };
 
 // 16 M floats a side: 192 MiB of traffic, well past the L2.
-constexpr int64_t kN = 1 << 24;
+constexpr int64_t kMetricsN = 1 << 24;
 
-const char* kAdd = R"(
+const char* kMetricsAdd = R"(
 extern "C" __global__ void vector_add(const float* x, const float* y, float* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = x[i] + y[i];
@@ -46,10 +46,10 @@ extern "C" __global__ void fma_loop(const float* seed, float* out, int iteration
   out[i] = sum;
 })";
 
-json::object add_kernel(int64_t n = kN) {
+json::object add_kernel(int64_t n = kMetricsN) {
   const std::string count = std::to_string(n);
   json::object k;
-  k["source_code"] = kAdd;
+  k["source_code"] = kMetricsAdd;
   k["kernel_type"] = "cuda";
   k["io"] = json::parse(R"({"args": [
     {"name": "x", "type": "tensor", "tensor_spec": {"shape": [)" +
@@ -110,7 +110,7 @@ TEST_F(DeviceMetricsGpu, VectorAddIsMemoryBoundWithTheBytesItMoves) {
   EXPECT_GT(value(kernel, "speed_of_light", "dram_throughput"), 50.0);
   // Two inputs read, 4 bytes each, within 10 %; of the output, what the L2 still holds when the
   // kernel ends has not reached DRAM yet (ncu counts the same way: 57 MB of 64 MiB).
-  const double bytes = 4.0 * kN;
+  const double bytes = 4.0 * kMetricsN;
   EXPECT_NEAR(value(kernel, "memory", "dram_bytes_read"), 2 * bytes, 0.1 * 2 * bytes);
   EXPECT_GT(value(kernel, "memory", "dram_bytes_written"), 0.7 * bytes);
   EXPECT_LT(value(kernel, "memory", "dram_bytes_written"), 1.05 * bytes);

@@ -127,6 +127,14 @@ struct DaemonDirs {
   fs::path socket() const { return tmp.path() / "keval.sock"; }
 };
 
+// The whole content of a file ("" when it cannot be read).
+inline std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 // Polls GET /jobs/{id} until the job has finished; its view.
 inline json::object wait_finished(const fs::path& socket, const std::string& job_id,
                                   std::chrono::milliseconds limit = 120s) {

@@ -11,10 +11,10 @@
 namespace keval::test::adversarial {
 namespace {
 
-constexpr int64_t kN = 1 << 16;
+constexpr int64_t kGamedN = 1 << 16;
 
-json::value vector_add_io() {
-  return vector_add_io_of(kN);
+json::value gamed_vector_add_io() {
+  return vector_add_io_of(kGamedN);
 }
 
 std::string method_of(const json::value& stats) {
@@ -59,12 +59,12 @@ TEST_F(GpuGamedTiming, ADeviceLaunchCounterThatStopsComputingFailsATimedSample) 
   if (IsSkipped())
     return;
   TempDir tmp;
-  const auto run =
-      run_cli(compare_request(kernel("cuda", source("reference_vector_add.cu"), vector_add_io()),
-                              kernel("cuda", source("device_counter_add.cu", {{"LAUNCHES", "12"}}),
-                                     vector_add_io()),
-                              unique_id("device-counter")),
-              tmp.path() / "state");
+  const auto run = run_cli(
+      compare_request(kernel("cuda", source("reference_vector_add.cu"), gamed_vector_add_io()),
+                      kernel("cuda", source("device_counter_add.cu", {{"LAUNCHES", "12"}}),
+                             gamed_vector_add_io()),
+                      unique_id("device-counter")),
+      tmp.path() / "state");
   EXPECT_EQ(run.exit_code, 1) << describe(run);
   EXPECT_FALSE(correctness(run.body)) << describe(run);
   EXPECT_NE(validation_error(run.body).find("timed sample"), std::string::npos) << describe(run);
@@ -142,11 +142,11 @@ TEST_F(GpuGamedTiming, EveryTimedSampleIsTracedOnBothSides) {
   if (IsSkipped())
     return;
   TempDir tmp;
-  const auto run =
-      run_cli(compare_request(kernel("cuda", source("reference_vector_add.cu"), vector_add_io()),
-                              kernel("cuda", source("float4_add.cu"), vector_add_io()),
-                              unique_id("traced")),
-              tmp.path() / "state");
+  const auto run = run_cli(
+      compare_request(kernel("cuda", source("reference_vector_add.cu"), gamed_vector_add_io()),
+                      kernel("cuda", source("float4_add.cu"), gamed_vector_add_io()),
+                      unique_id("traced")),
+      tmp.path() / "state");
   ASSERT_TRUE(correctness(run.body)) << describe(run);
   const json::object& profiling = exec_result(run.body).at("metadata").at("profiling").as_object();
   const json::object& work = profiling.at("device_work").as_object();
@@ -186,11 +186,11 @@ TEST_F(GpuGamedTiming, HonestFloat4CudaAddPassesUnflagged) {
   if (IsSkipped())
     return;
   TempDir tmp;
-  expect_clean_and_fair(
-      run_cli(compare_request(kernel("cuda", source("reference_vector_add.cu"), vector_add_io()),
-                              kernel("cuda", source("float4_add.cu"), vector_add_io()),
-                              unique_id("float4")),
-              tmp.path() / "state"));
+  expect_clean_and_fair(run_cli(
+      compare_request(kernel("cuda", source("reference_vector_add.cu"), gamed_vector_add_io()),
+                      kernel("cuda", source("float4_add.cu"), gamed_vector_add_io()),
+                      unique_id("float4")),
+      tmp.path() / "state"));
 }
 
 TEST_F(GpuGamedTiming, HonestFusedGeluLoadInlinePassesUnflagged) {

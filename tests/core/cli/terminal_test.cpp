@@ -69,7 +69,7 @@ TerminalRun run_on_terminal(const std::vector<std::string>& args,
   return run;
 }
 
-std::vector<std::string> fault_env() {
+std::vector<std::string> uncoloured_fault_env() {
   return {"KEVAL_PLUGIN_PATH=" + test_plugin_dir().string(), "NO_COLOR=1"};
 }
 
@@ -77,8 +77,8 @@ TEST(CliTerminal, SummaryOnATerminalWithTheWholeResponseKept) {
   TempDir tmp;
   const auto path = write_request(tmp.path(), "ok.json", fault_evaluate({}));
   const auto state = tmp.path() / "state";
-  const auto run =
-      run_on_terminal({"evaluate", path.string(), "--state-dir", state.string()}, fault_env());
+  const auto run = run_on_terminal({"evaluate", path.string(), "--state-dir", state.string()},
+                                   uncoloured_fault_env());
   ASSERT_EQ(run.exit_code, 0) << run.out;
   EXPECT_NE(run.out.find("CORRECT"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("kernel     median "), std::string::npos) << run.out;
@@ -104,12 +104,13 @@ TEST(CliTerminal, JsonFlagKeepsJsonOnATerminalAndExitCodesDoNotChange) {
                                   fault_evaluate(json::object{{"fault", "compile_error"}}));
   const auto run = run_on_terminal(
       {"evaluate", path.string(), "--json", "--state-dir", (tmp.path() / "s").string()},
-      fault_env());
+      uncoloured_fault_env());
   EXPECT_EQ(run.exit_code, 1) << run.out;
   EXPECT_FALSE(json::parse(run.out).at("kernel_exec_result").at("compiled").as_bool());
 
-  const auto summary = run_on_terminal(
-      {"evaluate", path.string(), "--state-dir", (tmp.path() / "s").string()}, fault_env());
+  const auto summary =
+      run_on_terminal({"evaluate", path.string(), "--state-dir", (tmp.path() / "s").string()},
+                      uncoloured_fault_env());
   EXPECT_EQ(summary.exit_code, 1) << summary.out;
   EXPECT_NE(summary.out.find("COMPILE ERROR"), std::string::npos) << summary.out;
 }
@@ -119,8 +120,9 @@ TEST(CliTerminal, BadRequestOnATerminalNamesTheField) {
   auto request = fault_evaluate({});
   request["num_trials"] = -3;
   const auto path = write_request(tmp.path(), "malformed.json", request);
-  const auto run = run_on_terminal(
-      {"evaluate", path.string(), "--state-dir", (tmp.path() / "s").string()}, fault_env());
+  const auto run =
+      run_on_terminal({"evaluate", path.string(), "--state-dir", (tmp.path() / "s").string()},
+                      uncoloured_fault_env());
   EXPECT_EQ(run.exit_code, 2) << run.out;
   EXPECT_NE(run.out.find("BAD REQUEST  num_trials: "), std::string::npos) << run.out;
 }
@@ -128,14 +130,14 @@ TEST(CliTerminal, BadRequestOnATerminalNamesTheField) {
 TEST(CliCheck, AcceptsWhatTheDaemonAcceptsAndNamesTheFieldOtherwise) {
   TempDir tmp;
   const auto ok = write_request(tmp.path(), "ok.json", fault_evaluate({}));
-  auto r = run_keval({"check", "evaluate", ok.string()}, fault_env());
+  auto r = run_keval({"check", "evaluate", ok.string()}, uncoloured_fault_env());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto body = json::parse(r.out).as_object();
   EXPECT_TRUE(body.at("valid").as_bool());
   EXPECT_EQ(body.at("kernel_types").at("kernel"), "fault");
 
   // An evaluate body is not a compare body: the reference is missing.
-  r = run_keval({"check", "compare", ok.string()}, fault_env());
+  r = run_keval({"check", "compare", ok.string()}, uncoloured_fault_env());
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_EQ(json::parse(r.out).at("error").at("path"), "ref_kernel") << r.out;
 
@@ -143,7 +145,7 @@ TEST(CliCheck, AcceptsWhatTheDaemonAcceptsAndNamesTheFieldOtherwise) {
   auto unknown = fault_evaluate({});
   unknown["kernel"].as_object()["kernel_type"] = "no_such_type";
   const auto bad = write_request(tmp.path(), "unknown.json", unknown);
-  r = run_keval({"check", "evaluate", bad.string()}, fault_env());
+  r = run_keval({"check", "evaluate", bad.string()}, uncoloured_fault_env());
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_EQ(json::parse(r.out).at("error").at("path"), "kernel.kernel_type") << r.out;
 }

@@ -16,13 +16,6 @@ supervisor::CommandResult curl(std::vector<std::string> args) {
   return supervisor::run_command("/usr/bin/env", args, 180s);
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 class DaemonApi : public ::testing::Test {
 protected:
   void start(std::vector<std::string> args = {}) {

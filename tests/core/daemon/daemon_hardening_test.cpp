@@ -16,13 +16,6 @@
 namespace keval::test::daemon {
 namespace {
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 struct CurlAnswer {
   std::string code;    // "401"
   std::string body;    // the response body

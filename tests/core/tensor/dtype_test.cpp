@@ -4,13 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include "core/tensor/all_dtypes.hpp"
+
 #include "tensor/dtype.hpp"
 
 namespace keval::tensor {
 namespace {
 
-constexpr DType kAllDTypes[] = {DType::f16, DType::bf16, DType::f32, DType::f64, DType::i8,
-                                DType::i16, DType::i32,  DType::i64, DType::u8,  DType::boolean};
+using test::kAllDTypes;
 
 float float_from_bits(uint32_t bits) {
   float value;

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/tensor/all_dtypes.hpp"
+
 #include "tensor/detail/generator_core.hpp"
 #include "tensor/dtype.hpp"
 #include "tensor/generate.hpp"
@@ -16,8 +18,7 @@ namespace {
 using request::InitKind;
 using request::TensorInit;
 
-constexpr DType kAllDTypes[] = {DType::f16, DType::bf16, DType::f32, DType::f64, DType::i8,
-                                DType::i16, DType::i32,  DType::i64, DType::u8,  DType::boolean};
+using test::kAllDTypes;
 constexpr InitKind kAllKinds[] = {InitKind::randn, InitKind::uniform, InitKind::zeros,
                                   InitKind::ones,  InitKind::full,    InitKind::arange};
 

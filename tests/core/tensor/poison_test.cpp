@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/tensor/all_dtypes.hpp"
+
 #include "tensor/compare.hpp"
 #include "tensor/dtype.hpp"
 #include "tensor/generate.hpp"
@@ -13,8 +15,7 @@
 namespace keval::tensor {
 namespace {
 
-constexpr DType kAllDTypes[] = {DType::f16, DType::bf16, DType::f32, DType::f64, DType::i8,
-                                DType::i16, DType::i32,  DType::i64, DType::u8,  DType::boolean};
+using test::kAllDTypes;
 
 template <typename Bits> std::vector<Bits> elements_of(const HostTensor& tensor) {
   std::vector<Bits> elements(static_cast<size_t>(tensor.numel()));
