@@ -123,24 +123,26 @@ WarmPoolStats WarmPool::stats() const {
     out.prewarmed += static_cast<size_t>(
         std::count_if(pool.workers.begin(), pool.workers.end(),
                       [&](const auto& worker) { return sizing_.ready(*worker); }));
-    out.target += target(pool);
+    out.target += targets(pool).remembered;
   }
   return out;
 }
 
-size_t WarmPool::target(const SetPool& pool, bool remembered) const {
+WarmPool::Targets WarmPool::targets(const SetPool& pool) const {
   const auto now = sizing_.now();
   const auto horizon = now - kDemandWindow;
-  size_t demand = static_cast<size_t>(std::count_if(
+  const auto current = static_cast<size_t>(std::count_if(
       pool.demand.begin(), pool.demand.end(), [&](Clock::time_point t) { return t >= horizon; }));
-  if (remembered) {
-    const auto busiest =
-        std::find_if(pool.busiest.begin(), pool.busiest.end(),
-                     [&](const auto& window) { return window.first >= now - kDemandMemory; });
-    if (busiest != pool.busiest.end())
-      demand = std::max(demand, busiest->second);
-  }
-  return std::min(sizing_.max_size, sizing_.size + demand);
+  size_t remembered = current;
+  const auto busiest =
+      std::find_if(pool.busiest.begin(), pool.busiest.end(),
+                   [&](const auto& window) { return window.first >= now - kDemandMemory; });
+  if (busiest != pool.busiest.end())
+    remembered = std::max(remembered, busiest->second);
+  const auto capped = [&](size_t demand) {
+    return std::min(sizing_.max_size, sizing_.size + demand);
+  };
+  return {capped(current), capped(remembered)};
 }
 
 void WarmPool::refill(SetPool& pool) {
@@ -152,10 +154,11 @@ void WarmPool::refill(SetPool& pool) {
     stats_.disabled = true;
     return;
   }
-  size_t wanted = target(pool);
+  const Targets target = targets(pool);
   // Past the current demand, workers are kept for a burst to come only while memory allows.
-  if (wanted > target(pool, false) && !sizing_.memory_to_spare())
-    wanted = target(pool, false);
+  const size_t wanted = target.remembered > target.current && !sizing_.memory_to_spare()
+                            ? target.current
+                            : target.remembered;
   while (pool.workers.size() > wanted)
     pool.workers.pop_back(); // the newest, which may not have finished prewarming: killed
   while (pool.workers.size() < wanted) {

@@ -111,9 +111,12 @@ private:
     // from front to back: front() is the busiest window remembered (a sliding-window maximum).
     std::deque<std::pair<Clock::time_point, size_t>> busiest;
   };
-  // With mutex_ held: size + the demand (the busiest window remembered, or with
-  // `remembered` false the current one alone), at most max_size.
-  size_t target(const SetPool& pool, bool remembered = true) const;
+  // With mutex_ held: what a pool keeps, size + a demand, at most max_size; for the current
+  // window's demand alone (`current`) and with the busiest window remembered (`remembered`).
+  struct Targets {
+    size_t current = 0, remembered = 0;
+  };
+  Targets targets(const SetPool& pool) const;
   void refill(SetPool& pool); // with mutex_ held
 
   boost::asio::any_io_executor executor_;

@@ -200,10 +200,7 @@ DaemonProcess::~DaemonProcess() {
 }
 
 std::string DaemonProcess::log() const {
-  std::ifstream in(log_path_);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_file(log_path_);
 }
 
 std::string DaemonProcess::log_tail(size_t bytes) const {

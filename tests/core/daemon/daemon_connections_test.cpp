@@ -14,13 +14,6 @@
 namespace keval::test::daemon {
 namespace {
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // A keval-worker in front of the real one: for a job's worker (--protocol-fd), it first lists
 // its descriptors and asks the daemon for /health with curl, from under the worker's pid, then
 // execs the real worker, which runs the job as usual. Other uses (plugin probes) go straight
@@ -57,8 +50,8 @@ TEST(DaemonConnections, JobProcessIsRefusedAndClientsBesideTheDaemonAreServed) {
   ASSERT_EQ(job.status, 200u) << job.body() << daemon.log();
   EXPECT_TRUE(job.json_body().at("kernel_exec_result").at("correctness").as_bool());
   ASSERT_TRUE(fs::exists(spy / "code")) << daemon.log();
-  EXPECT_EQ(read_text(spy / "code"), "403") << read_text(spy / "body");
-  const auto refusal = json::parse(read_text(spy / "body")).as_object();
+  EXPECT_EQ(read_file(spy / "code"), "403") << read_file(spy / "body");
+  const auto refusal = json::parse(read_file(spy / "body")).as_object();
   EXPECT_EQ(refusal.at("error").at("class"), "forbidden");
   EXPECT_NE(daemon.log().find("refusing a connection"), std::string::npos) << daemon.log();
 
@@ -67,10 +60,10 @@ TEST(DaemonConnections, JobProcessIsRefusedAndClientsBesideTheDaemonAreServed) {
 
   // The worker started with its standard streams and its channel (3) only; 4 is ls's own.
   std::set<std::string> fds;
-  std::istringstream lines(read_text(spy / "fds"));
+  std::istringstream lines(read_file(spy / "fds"));
   for (std::string line; std::getline(lines, line);)
     fds.insert(line);
-  EXPECT_EQ(fds, (std::set<std::string>{"0", "1", "2", "3", "4"})) << read_text(spy / "fds");
+  EXPECT_EQ(fds, (std::set<std::string>{"0", "1", "2", "3", "4"})) << read_file(spy / "fds");
 }
 
 TEST(DaemonConnections, DaemonDescriptorsAreCloseOnExec) {
@@ -95,7 +88,7 @@ TEST(DaemonConnections, DaemonDescriptorsAreCloseOnExec) {
     sockets += socket;
     state_files += state_file;
     const std::string fd = entry.path().filename().string();
-    const std::string info = read_text("/proc/" + std::to_string(daemon.pid()) + "/fdinfo/" + fd);
+    const std::string info = read_file("/proc/" + std::to_string(daemon.pid()) + "/fdinfo/" + fd);
     const size_t flags_at = info.find("flags:");
     ASSERT_NE(flags_at, std::string::npos) << info;
     const unsigned long flags = std::stoul(info.substr(flags_at + 6), nullptr, 8);

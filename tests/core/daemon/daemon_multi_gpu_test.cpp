@@ -5,7 +5,6 @@
 #include "support/daemon_harness.hpp"
 
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -129,9 +128,7 @@ protected:
     std::map<std::string, std::map<std::string, json::object>> out;
     for (const auto& entry : fs::directory_iterator(events())) {
       const std::string name = entry.path().filename().string();
-      std::ifstream in(entry.path());
-      const std::string text((std::istreambuf_iterator<char>(in)), {});
-      const json::object event = json::parse(text).as_object();
+      const json::object event = json::parse(read_file(entry.path())).as_object();
       out[std::string(event.at("job").as_string())][name.substr(name.find('-') + 1)] = event;
     }
     return out;

@@ -13,13 +13,6 @@ fs::path record_file(const fs::path& state, const std::string& id) {
   return state / "jobs" / (id + ".json");
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
 }
@@ -110,7 +103,7 @@ TEST(DaemonRecords, RecordRewrittenAfterItsJobEndedIsNotServed) {
 
   // A leftover process rewrites the record, keeping everything else (its MAC included).
   const fs::path path = record_file(dirs.state(), id);
-  auto on_disk = json::parse(read_text(path)).as_object();
+  auto on_disk = json::parse(read_file(path)).as_object();
   on_disk["response"] = forged_record(id).at("response");
   write_text(path, json::serialize(on_disk));
   auto r = HttpClient(dirs.socket()).get("/jobs/" + id);
@@ -128,7 +121,7 @@ TEST(DaemonRecords, RecordRewrittenAfterItsJobEndedIsNotServed) {
   EXPECT_EQ(HttpClient(dirs.socket()).get("/jobs/" + other_id).status, 200u); // untouched
 
   // After a restart, the rewritten record is refused as it loads.
-  on_disk = json::parse(read_text(record_file(dirs.state(), other_id))).as_object();
+  on_disk = json::parse(read_file(record_file(dirs.state(), other_id))).as_object();
   on_disk["response"] = forged_record(other_id).at("response");
   write_text(record_file(dirs.state(), other_id), json::serialize(on_disk));
   stop(daemon);
@@ -150,7 +143,7 @@ TEST(DaemonRecords, AnOlderRecordOfTheSameJobPutBackIsNotServed) {
   const std::string id(submitted.json_body().at("job_id").as_string());
   ASSERT_TRUE(wait_status(dirs.socket(), id, "validating"))
       << HttpClient(dirs.socket()).get("/jobs/" + id).body() << daemon.log();
-  const std::string while_running = read_text(record_file(dirs.state(), id));
+  const std::string while_running = read_file(record_file(dirs.state(), id));
   ASSERT_EQ(HttpClient(dirs.socket()).request("DELETE", "/jobs/" + id).status, 200u);
   ASSERT_EQ(wait_finished(dirs.socket(), id).at("status"), "failed"); // cancelled
 
@@ -175,7 +168,7 @@ TEST(DaemonRecords, GenuineRecordSurvivesARestartAndIsServed) {
     id = std::string(result.at("job_id").as_string());
     stop(first);
   }
-  const auto on_disk = json::parse(read_text(record_file(dirs.state(), id))).as_object();
+  const auto on_disk = json::parse(read_file(record_file(dirs.state(), id))).as_object();
   EXPECT_EQ(on_disk.at("format_version"), store::kRecordFormatVersion);
   EXPECT_EQ(on_disk.at("mac").as_string().size(), 64u);
 

@@ -9,7 +9,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-#include <tuple>
 
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
@@ -35,7 +34,6 @@ struct ScriptedPool {
                               .max_sets = 4,
                               .now = [this] { return now; },
                               .memory_to_spare = [this] { return memory; }}) {}
-  std::tuple<WarmPool::Clock::time_point&, bool&, WarmPool&> parts() { return {now, memory, pool}; }
 
   boost::asio::io_context ctx;
   WarmPool::Clock::time_point now = WarmPool::Clock::time_point{} + std::chrono::hours(1);
@@ -100,7 +98,9 @@ TEST(WarmPool, TheLeastRecentlyUsedSetIsDroppedPastTheLimit) {
 // the machine has memory to spare, and it shrinks back once the demand is over and forgotten.
 TEST(WarmPool, APoolGrowsWithItsSetsDemandWithinMemoryAndShrinksAfter) {
   ScriptedPool scripted(1, 3);
-  auto [now, memory, pool] = scripted.parts(); // references into `scripted`
+  auto& now = scripted.now;
+  auto& memory = scripted.memory;
+  auto& pool = scripted.pool;
   const auto fault = set_of({"libkeval_fault_plugin.so"});
   EXPECT_EQ(pool.take(fault), nullptr);
   EXPECT_EQ(pool.stats().ready, 2u); // 1 + one job in the window
@@ -130,7 +130,9 @@ TEST(WarmPool, APoolGrowsWithItsSetsDemandWithinMemoryAndShrinksAfter) {
 // go), while the machine has memory to spare; short of memory, only the current demand is kept.
 TEST(WarmPool, TheBusiestWindowIsRememberedForTheNextBurstWhileMemoryAllows) {
   ScriptedPool scripted(1, 4);
-  auto [now, memory, pool] = scripted.parts(); // references into `scripted`
+  auto& now = scripted.now;
+  auto& memory = scripted.memory;
+  auto& pool = scripted.pool;
   const auto fault = set_of({"libkeval_fault_plugin.so"});
   const auto burst = [&] {
     for (int i = 0; i < 3; ++i)
