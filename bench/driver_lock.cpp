@@ -1,5 +1,5 @@
 // Does another process's cuInit or context creation hold up this process's driver calls? Why
-// prestarted workers open the device in turns (core/worker/engine/device_open_turn.hpp).
+// prestarted workers open the device in turns (core/worker/engine/device_turn.hpp).
 //
 // A victim process loops for a few seconds over: an 8 MiB cuMemAlloc + cuMemFree, a 1 MiB memset
 // and stream synchronise, a 1 MiB device-to-host copy, an event create + destroy. Beside it run,

@@ -36,7 +36,8 @@ namespace keval::daemon {
 //   bind         the runners' contexts and the arguments bound
 //   validation   the correctness trials
 //   quiet_wait   granted the GPU while its last job was still ending (that job handed it over),
-//                waiting for that job to be gone before anything is timed; 0 for the others
+//                waiting for that job to be gone before anything is timed, and for the GPU's
+//                timing turn (a prestarted worker warming it up: worker/engine/device_turn.hpp)
 //   profiling    the timed samples
 //   teardown     every process of the job killed and reaped
 //   process      the worker process itself: spawn, the job frame, exit, its last output read

@@ -393,6 +393,11 @@ WorkerMessage parse_worker_message(const json::object& m) {
                               "' of done is not a non-negative number of milliseconds");
       done.timeline = timeline->get_object();
     }
+    if (const json::value* warm_up = m.if_contains("warm_up")) {
+      if (!warm_up->is_object())
+        throw ProtocolError("'warm_up' of done is not an object");
+      done.warm_up = warm_up->get_object();
+    }
     return done;
   }
   if (type == msg::kFatal)
@@ -441,6 +446,8 @@ json::object to_frame(const WorkerMessage& message) {
           m["type"] = msg::kDone;
           if (!x.timeline.empty())
             m["timeline"] = x.timeline;
+          if (!x.warm_up.empty())
+            m["warm_up"] = x.warm_up;
         } else if constexpr (std::is_same_v<T, DeviceHandover>) {
           m["type"] = msg::kDeviceHandover;
         } else {

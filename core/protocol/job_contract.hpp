@@ -179,8 +179,11 @@ struct Progress {
 // `timeline`: where the job's time went inside the worker, each step's milliseconds since the
 // job arrived ("runners_started", "compiled", "granted", "bound", "validated", "profiled",
 // "stopping", "ended", ...). The trusted worker's own clock; no user code reports it.
+// `warm_up`: a prestarted worker's warm-up of its GPU before the job came (SDK 1.4 warm_device,
+// worker/engine/device_turn.hpp's timing turn), or why it did not run; empty for other workers.
 struct Done {
   boost::json::object timeline;
+  boost::json::object warm_up;
 };
 struct Fatal {
   std::string message;

@@ -97,6 +97,8 @@ json::object worker_json(const supervisor::SessionOutcome& o) {
       prewarm["device_turn_wait_s"] = *o.device_turn_wait_seconds;
     if (o.device_open_seconds)
       prewarm["device_open_s"] = *o.device_open_seconds;
+    if (!o.warm_up.empty())
+      prewarm["device_warm_up"] = o.warm_up;
     w["prewarm"] = std::move(prewarm);
   }
   if (o.exit_code)

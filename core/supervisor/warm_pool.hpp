@@ -97,7 +97,7 @@ public:
   // is none (the caller starts one as usual): the oldest that has finished its prewarm, else the
   // oldest (it started first, so it is likely to finish first). Workers started together do not
   // finish in order: their prewarms share the cores, and their device opens take turns in no
-  // set order (DeviceOpenTurn). Starts replacements either way. Thread-safe.
+  // set order (DeviceTurn). Starts replacements either way. Thread-safe.
   std::unique_ptr<PrestartedWorker> take(PrewarmSet prewarm);
 
   WarmPoolStats stats() const;

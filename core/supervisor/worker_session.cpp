@@ -261,6 +261,7 @@ private:
     done_ = true;
     done_at_ = Clock::now();
     timeline_ = done.timeline;
+    warm_up_ = done.warm_up;
     move_to(protocol::JobStage::exiting);
   }
 
@@ -474,6 +475,7 @@ private:
     outcome.stderr_bytes = err_.total_bytes();
     outcome.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
     outcome.timeline = timeline_;
+    outcome.warm_up = warm_up_;
     outcome.job_sent_unix_ms = job_sent_unix_ms_;
     outcome.ready_wait_ms = ready_wait_ms_;
     outcome.prewarm_seconds = hello_.prewarm_seconds;
@@ -536,6 +538,7 @@ private:
   bool awaiting_quiet_ = false;     // granted a GPU not yet quiet; the job's timer waits for it
   bool prestarted_ = false;
   boost::json::object timeline_; // from `done`
+  boost::json::object warm_up_;  // from `done`
   bool done_ = false, exited_ = false, socket_closed_ = false, out_closed_ = false,
        err_closed_ = false, finished_ = false;
   std::optional<End> end_;

@@ -18,7 +18,7 @@
 #include "protocol/job_contract.hpp"
 #include "protocol/sandbox_policy.hpp"
 #include "worker/conformance/abi_checks.hpp"
-#include "worker/engine/device_open_turn.hpp"
+#include "worker/engine/device_turn.hpp"
 #include "worker/engine/work_queues.hpp"
 #include "worker/isolation/isolation.hpp"
 #include "worker/isolation/sandbox.hpp"
@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -51,9 +52,12 @@
 #include <boost/json/array.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value_to.hpp>
+#include <poll.h>
 #include <unistd.h>
 
 namespace {
+
+namespace json = boost::json;
 
 int describe(int argc, char** argv) {
   int status = 0;
@@ -222,11 +226,11 @@ public:
 
 #ifdef KEVAL_HAVE_CUDA
   // This process's context and each runner's, one after another and in the machine's turn
-  // (worker/engine/device_open_turn.hpp): a pool refilling does not open a dozen at once while a
+  // (worker/engine/device_turn.hpp): a pool refilling does not open a dozen at once while a
   // job holds the GPU. The worker says hello (is ready for a job) once they are open.
   void open_devices_in_turn(keval::protocol::Hello& hello) {
-    const keval::worker::DeviceOpenTurn turn(keval::worker::DeviceOpenTurn::default_lock_file(),
-                                             keval::worker::DeviceOpenTurn::kPatience);
+    const keval::worker::DeviceTurn turn(keval::worker::DeviceTurn::open_lock_file(),
+                                         keval::worker::DeviceTurn::kOpenPatience);
     if (!turn.held())
       spdlog::debug("opening the device without a turn: {}", turn.why_not());
     hello.device_turn_wait_seconds = turn.waited_ms() / 1000;
@@ -248,6 +252,132 @@ public:
         std::chrono::duration<double>(std::chrono::steady_clock::now() - opening).count();
   }
 #endif
+
+  // Whether the runners can warm up the device they opened ahead (a plugin of theirs has SDK
+  // 1.4's warm_device; their hellos say so).
+  bool warm_device_ahead() const {
+#ifdef KEVAL_HAVE_CUDA
+    if (hellos_.empty() || !opener_.started())
+      return false;
+    const auto* warms = hellos_.begin()->second.if_contains("warms_device");
+    return warms != nullptr && warms->is_bool() && warms->as_bool();
+#else
+    return false;
+#endif
+  }
+
+#ifdef KEVAL_HAVE_CUDA
+  // Before the job comes: once no job is timed on the GPU (its timing turn,
+  // worker/engine/device_turn.hpp) and none has held it for a while (TimingWish::idle_for), each
+  // runner in turn warms up the device it opened ahead, holding the turn while it does. A job
+  // granted the GPU meanwhile waits at most for the runner warming up then, during its bind and
+  // validation most often. A job that comes first ends the wait: it then pays the first launches
+  // of the runners not yet warm itself, as without a warm-up. What happened is in the job's
+  // `done` (device_warm_up).
+  void warm_device_before_job(int job_fd) {
+    json::object report;
+    // An operator's switch (and the benches' comparison): KEVAL_DEVICE_WARM_UP=0 leaves every
+    // job's first launches to the job, as before SDK 1.4.
+    if (const char* setting = std::getenv("KEVAL_DEVICE_WARM_UP");
+        setting != nullptr && std::string(setting) == "0") {
+      report["not_run"] = "KEVAL_DEVICE_WARM_UP=0";
+      warm_up_ = std::move(report);
+      return;
+    }
+    keval::worker::Engine* engine = opener_.opened();
+    if (engine == nullptr) {
+      report["not_run"] = "this worker's device was not opened ahead";
+      warm_up_ = std::move(report);
+      return;
+    }
+    const json::object device = engine->describe();
+    const json::value* bus = device.if_contains("pci_bus_id");
+    const std::string gpu =
+        bus != nullptr && bus->is_string() ? std::string(bus->as_string()) : std::string("0");
+    // KEVAL_DEVICE_WARM_UP_IDLE_MS: how long the GPU must have been idle (TimingWish::idle_for);
+    // tests set 0 to meet warm-ups beside a busy GPU's jobs.
+    std::chrono::milliseconds idle = keval::worker::TimingWish::kIdleBeforeWarmUp;
+    if (const char* setting = std::getenv("KEVAL_DEVICE_WARM_UP_IDLE_MS"); setting != nullptr) {
+      char* end = nullptr;
+      const long ms = std::strtol(setting, &end, 10);
+      if (end != setting && *end == '\0' && ms >= 0 && ms <= 60000)
+        idle = std::chrono::milliseconds(ms);
+    }
+    const auto turn_file = keval::worker::DeviceTurn::timing_lock_file(gpu);
+    const auto wish_file = keval::worker::DeviceTurn::timing_wish_file(gpu);
+    // On the host's clock, as the job's timeline (job_sent_unix_ms): each runner's hold on the
+    // turn can be lined up against the jobs timed on the GPU.
+    const auto unix_ms = [] {
+      return std::chrono::duration<double, std::milli>(
+                 std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+    double turn_wait_ms = 0;
+    int64_t found_gpu_busy = 0;
+    json::object sides;
+    json::array errors;
+    const auto finish = [&] {
+      report["turn_wait_s"] = turn_wait_ms / 1000;
+      report["found_gpu_busy"] = found_gpu_busy;
+      report["sides"] = std::move(sides);
+      if (!errors.empty())
+        report["errors"] = std::move(errors);
+      warm_up_ = std::move(report);
+    };
+    for (auto& [side, runner] : ready_) {
+      for (;;) {
+        // Whether the GPU is idle is looked at before the turn is taken, and again once it is
+        // held (a job may have been granted the GPU meanwhile): a worker that held the turn
+        // while it waited for the GPU to be idle would keep the jobs from it.
+        if (!keval::worker::TimingWish::idle_for(wish_file, idle)) {
+          // A job holds the GPU, or held it a moment ago (a busy GPU's next job is on its way):
+          // look again a little later, unless this worker's own job comes meanwhile.
+          ++found_gpu_busy;
+          pollfd job{job_fd, POLLIN, 0};
+          if (::poll(&job, 1, kLookAgainMs) > 0) {
+            report["not_run"] = "the job came before the " + side + " runner's warm-up";
+            return finish();
+          }
+          continue;
+        }
+        std::optional<keval::worker::DeviceTurn> turn;
+        turn.emplace(turn_file, keval::worker::DeviceTurn::UntilReadable(job_fd));
+        turn_wait_ms += turn->waited_ms();
+        if (!turn->held()) {
+          report["not_run"] = (turn->interrupted() ? std::string("the job came before the ")
+                                                   : turn->why_not() + ": before the ") +
+                              side + " runner's warm-up";
+          return finish();
+        }
+        if (!keval::worker::TimingWish::idle_for(wish_file, idle)) {
+          turn.reset(); // the jobs' at once
+          continue;
+        }
+        json::object one;
+        one["from_unix_ms"] = unix_ms();
+        json::object ask;
+        ask["type"] = keval::worker::runner_msg::kWarmDevice;
+        // A runner that breaks here (keval's own set-up) fails the worker, not a side of the job.
+        const json::object reply = runner->call(std::move(ask), "warming its device up");
+        one["to_unix_ms"] = unix_ms();
+        if (!keval::worker::RunnerClient::ok(reply))
+          errors.emplace_back(side + ": " + keval::worker::RunnerClient::error_of(reply).message);
+        for (const char* key : {"warmed", "errors", "skipped"})
+          if (const json::value* v = reply.if_contains(key))
+            one[key] = *v;
+        sides[side] = std::move(one);
+        break;
+      }
+    }
+    return finish();
+  }
+  // How long a warm-up that found the GPU busy waits before it looks again.
+  static constexpr int kLookAgainMs = 10;
+#endif
+
+  boost::json::object device_warm_up() const override {
+    return warm_up_;
+  }
 
   bool opens_cuda_engine_ahead() const override {
 #ifdef KEVAL_HAVE_CUDA
@@ -273,6 +403,7 @@ private:
   keval::protocol::SandboxPolicy sandbox_;
   std::vector<std::pair<std::string, std::unique_ptr<keval::worker::RunnerClient>>> ready_;
   std::map<pid_t, boost::json::object> hellos_;
+  boost::json::object warm_up_; // warm_device_before_job's report
 #ifdef KEVAL_HAVE_CUDA
   // A prestarted worker opens its device while its runners prewarm (see EngineOpener).
   keval::worker::EngineOpener opener_;
@@ -302,6 +433,10 @@ int serve_one_job(int fd, const std::vector<std::string>& prewarm_paths,
     if (!prewarm_paths.empty())
       runners.prestart(kJobSides, prewarm_paths, hello);
     channel.send(keval::protocol::to_frame(hello));
+#ifdef KEVAL_HAVE_CUDA
+    if (runners.warm_device_ahead())
+      runners.warm_device_before_job(channel.fd());
+#endif
 
     const keval::worker::JobSpec job = keval::worker::parse_job(channel.receive());
     keval::worker::run_pipeline(channel, job, runners);

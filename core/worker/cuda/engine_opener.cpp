@@ -22,10 +22,15 @@ void EngineOpener::start(EngineUse use) {
   });
 }
 
+Engine* EngineOpener::opened() {
+  if (opening_.valid())
+    engine_ = opening_.get();
+  return engine_.get();
+}
+
 std::unique_ptr<Engine> EngineOpener::take(int index) {
-  if (!opening_.valid())
-    return nullptr;
-  std::unique_ptr<Engine> engine = opening_.get();
+  opened();
+  std::unique_ptr<Engine> engine = std::move(engine_);
   if (!engine || index != 0)
     return nullptr;
   engine->use_on_this_thread();

@@ -20,8 +20,11 @@ public:
   // The engine for `index`, current on the calling thread, when it was opened ahead for that
   // device and opened fine; nullptr otherwise (the caller opens one and reports any failure).
   std::unique_ptr<Engine> take(int index);
+  // The engine opened ahead (device 0), still this opener's until take(), once its open has
+  // ended; nullptr when none was started or it failed to open.
+  Engine* opened();
   // Whether start() was called (and its engine not yet taken).
-  bool started() const { return opening_.valid(); }
+  bool started() const { return opening_.valid() || engine_ != nullptr; }
   // Returns once the engine started is open, or failed to open (at once when none was started).
   void wait() const {
     if (opening_.valid())
@@ -31,6 +34,7 @@ public:
 
 private:
   std::future<std::unique_ptr<Engine>> opening_;
+  std::unique_ptr<Engine> engine_; // opening_'s result, once opened() asked for it
 };
 
 } // namespace keval::worker

@@ -13,6 +13,7 @@
 #include "tensor/stats.hpp"
 #include "worker/engine/detail/shared_host_memory.hpp"
 #include "worker/engine/detail/tensor_bytes.hpp"
+#include "worker/engine/device_turn.hpp"
 #include "worker/engine/engine.hpp"
 #include "worker/isolation/isolation.hpp"
 #include "worker/isolation/pause.hpp"
@@ -292,6 +293,7 @@ private:
     const std::vector<int64_t> binding = send_binds();
     engine_ = open_engine();
     step("engine_open");
+    wish_to_time();
     if (!engine_ || !finish_binds(binding))
       return;
     step("bound");
@@ -321,6 +323,8 @@ private:
   void stop_runners() {
     step("stopping");
     held_.reset(); // before their pids can be anyone else's
+    timing_turn_.reset();
+    timing_wish_.reset();
     hand_over_device();
     for (auto& side : sides_)
       if (side->runner)
@@ -372,12 +376,47 @@ private:
 
   // A grant made while the GPU's last job was still ending (quiet false) is followed by the
   // host's device_quiet once that job is gone; nothing is timed before it.
+  // The GPU's timing wish (engine/device_turn.hpp), held from the grant until the GPU is handed
+  // over or the job ends: no prestarted worker starts warming this GPU up (SDK 1.4 warm_device)
+  // while a job holds it, and one warming it up now ends with the runner it is at, most likely
+  // while this job binds and validates, before it needs the timing turn.
+  void wish_to_time() {
+    timed_gpu_ = timed_gpu();
+    if (!timed_gpu_.empty())
+      timing_wish_.emplace(DeviceTurn::timing_wish_file(timed_gpu_), kTimingWishPatience);
+  }
+
   void wait_until_quiet() {
-    if (device_quiet_)
-      return;
-    protocol::parse_device_quiet(channel_.receive());
-    device_quiet_ = true;
-    step("quiet");
+    if (!device_quiet_) {
+      protocol::parse_device_quiet(channel_.receive());
+      device_quiet_ = true;
+      step("quiet");
+    }
+    if (!timed_gpu_.empty())
+      take_timing_turn(timed_gpu_);
+  }
+
+  // The CUDA GPU this job times on, as the machine's processes all name it (its PCI bus id);
+  // empty on the CPU.
+  std::string timed_gpu() const {
+    if (!engine_ || engine_->device().device_type != KEVAL_DEVICE_CUDA)
+      return {};
+    const json::object device = engine_->describe();
+    const json::value* bus = device.if_contains("pci_bus_id");
+    return bus != nullptr && bus->is_string() ? std::string(bus->as_string())
+                                              : std::to_string(engine_->device().device_id);
+  }
+
+  // The GPU's timing turn (engine/device_turn.hpp), held from here until the GPU is handed over
+  // or the job ends: no runner warms this GPU up while this job is timed on it, and one warming
+  // it up now finishes first. Past kTimingPatience the job times without the turn: a holder
+  // that long is stuck, and says so in the log.
+  void take_timing_turn(const std::string& gpu) {
+    timing_turn_.emplace(DeviceTurn::timing_lock_file(gpu), DeviceTurn::kTimingPatience);
+    if (!timing_turn_->held())
+      spdlog::warn("job {}: timed without the GPU's timing turn: {}", job_.job_id,
+                   timing_turn_->why_not());
+    step("timing_turn");
   }
 
   // ---------------------------------------------------------------------------------------
@@ -2041,7 +2080,7 @@ private:
 
   void finish() {
     std::fflush(stdout);
-    channel_.send(protocol::to_frame(protocol::Done{timeline_}));
+    channel_.send(protocol::to_frame(protocol::Done{timeline_, runners_.device_warm_up()}));
   }
 
   protocol::BlockingChannel& channel_;
@@ -2059,6 +2098,11 @@ private:
   std::map<const Side*, RemoteBinding> trial_bindings_;
   json::object granted_;
   bool device_quiet_ = true; // the grant's quiet, until the host's device_quiet (wait_until_quiet)
+  std::string timed_gpu_;    // wish_to_time: the CUDA GPU's PCI bus id, or empty
+  std::optional<TimingWish> timing_wish_; // wish_to_time, until stop_runners
+  std::optional<DeviceTurn> timing_turn_; // take_timing_turn, until stop_runners
+  // A warm-up's look at the wish takes its file for a moment: a few tries cover it.
+  static constexpr std::chrono::milliseconds kTimingWishPatience{50};
   bool takes_handover_ = false; // the grant's: the host takes a device_handover
   int64_t next_binding_ = 1;
   int64_t companion_seq_ = 0;

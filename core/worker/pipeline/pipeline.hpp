@@ -54,6 +54,9 @@ public:
   // Whether a CUDA engine is being opened ahead (prepared_engine may return it): the job then
   // opens no second one beside it.
   virtual bool opens_cuda_engine_ahead() const = 0;
+  // A prestarted worker's warm-up of the GPU before the job came (protocol::Done::warm_up), or
+  // why it did not run; empty for a worker started for its job.
+  virtual boost::json::object device_warm_up() const { return {}; }
 };
 
 // Runs the job to completion over `channel`, its user code in runners from `runners`. Kernel

@@ -73,6 +73,8 @@ boost::json::object LoadedPlugin::describe() const {
     caps.emplace_back(name);
   o["capabilities"] = std::move(caps);
   o["prewarm"] = KEVAL_STRUCT_HAS(api_, keval_plugin_api, prewarm) && api_->prewarm != nullptr;
+  o["warm_device"] =
+      KEVAL_STRUCT_HAS(api_, keval_plugin_api, warm_device) && api_->warm_device != nullptr;
   return o;
 }
 

@@ -97,8 +97,62 @@ public:
     if (!errors.empty())
       hello["prewarm_errors"] = std::move(errors);
     // Opened when the trusted worker says (open_device), in its turn among the machine's
-    // openers (worker/engine/device_open_turn.hpp).
+    // openers (worker/engine/device_turn.hpp), and then warmed (warm_device) where a plugin can.
     hello["opens_device"] = cuda_use().cuda;
+    hello["warms_device"] = !device_warmers().empty();
+  }
+
+  // The loaded plugins that run on CUDA and set up their framework on a device opened ahead
+  // (SDK 1.4 warm_device).
+  std::vector<LoadedPlugin*> device_warmers() const {
+    std::vector<LoadedPlugin*> warmers;
+    for (const auto& [path, plugin] : plugins_) {
+      const keval_plugin_api& api = plugin->api();
+      if (plugin->has(KEVAL_CAP_DEVICE_CUDA) &&
+          KEVAL_STRUCT_HAS(&api, keval_plugin_api, warm_device) && api.warm_device != nullptr)
+        warmers.push_back(plugin.get());
+    }
+    return warmers;
+  }
+
+  // `warm_device`: each plugin's warm_device on the device opened ahead, answered once all have
+  // ended: {warmed: [kernel_type...], errors?: ["kernel_type: message"...], skipped?: why none
+  // ran}. Refused once user code has been loaded here: it is keval's set-up, before any job. The
+  // trusted worker asks only while no job is timed on the GPU (engine/device_turn.hpp).
+  json::object warm_device_now() {
+    if (user_code_loaded_)
+      throw WireError("'warm_device' after user code was loaded");
+    json::object reply;
+    json::array warmed, errors;
+#ifdef KEVAL_HAVE_CUDA
+    Engine* engine = opener_.opened();
+    if (engine == nullptr) {
+      reply["skipped"] = "no device was opened ahead";
+    } else {
+      engine->use_on_this_thread();
+      keval_device_args args{};
+      args.struct_size = sizeof args;
+      args.device = engine->device();
+      args.stream = engine->stream();
+      for (LoadedPlugin* plugin : device_warmers()) {
+        PluginError error(plugin->api(), plugin->api().warm_device(&args));
+        if (error)
+          errors.emplace_back(plugin->manifest().kernel_type + std::string(": ") + error.message());
+        else
+          warmed.emplace_back(plugin->manifest().kernel_type);
+      }
+      // What the plugins queued and kept is theirs to end (the SDK says so); keval's stream is
+      // waited for too, and nothing of the warm-up counts as a sample's work.
+      engine->synchronize();
+      engine->forget_traced_work();
+    }
+#else
+    reply["skipped"] = "keval was built without CUDA";
+#endif
+    reply["warmed"] = std::move(warmed);
+    if (!errors.empty())
+      reply["errors"] = std::move(errors);
+    return reply;
   }
 
   struct CudaUse {
@@ -218,6 +272,12 @@ private:
                          !command.contains("device") || detail::bool_field(command, "device"));
     if (type == runner_msg::kOpenDevice)
       return open_device_now();
+    if (type == runner_msg::kWarmDevice)
+      return warm_device_now();
+    // From here on, user code may be loaded (a compile, a companion, a program's files).
+    user_code_loaded_ = user_code_loaded_ || type == runner_msg::kCompanion ||
+                        type == runner_msg::kCompile || type == program_commands::kFiles ||
+                        type == program_commands::kPlan;
     if (type == runner_msg::kCompanion)
       return compile_companion(command);
     // A whole program's workspace (program_commands.hpp): no plugin code runs for it.
@@ -681,6 +741,7 @@ private:
   std::map<int64_t, Binding> bindings_;
   std::map<std::string, std::vector<std::unique_ptr<Tensor>>> shared_; // kind -> share()
   std::string nvtx_range_;
+  bool user_code_loaded_ = false; // a compile, companion or program command came: no warm_device
 #ifdef KEVAL_HAVE_CUDA
   EngineOpener opener_;
 #endif

@@ -6,12 +6,17 @@
 // answers after user code has run (from `compile` on) is data the trusted worker checks, never a
 // verdict: outputs are compared there, inputs re-checked there, times bounded there.
 //
-//   runner:  hello           {pid, isolation{...}, prewarmed[], prewarm_errors[], opens_device}
-//                            (no user code yet; opens_device: a prewarmed plugin runs on CUDA)
+//   runner:  hello           {pid, isolation{...}, prewarmed[], prewarm_errors[], opens_device,
+//                            warms_device} (no user code yet; opens_device: a prewarmed plugin
+//                            runs on CUDA; warms_device: one has SDK 1.4's warm_device)
 //   trusted: open_device     {}                         -> {cuda}  (a runner started ahead of
 //                            its job opens its context now, in the trusted worker's turn among
-//                            the machine's openers: engine/device_open_turn.hpp; cuda false: no
+//                            the machine's openers: engine/device_turn.hpp; cuda false: no
 //                            plugin of its runs on CUDA)
+//   trusted: warm_device     {}                         -> {warmed[], errors?[], skipped?}
+//                            (after open_device, before any user code, only while no job is
+//                            timed on the GPU: engine/device_turn.hpp's timing turn; each CUDA
+//                            plugin's warm_device on the device opened ahead)
 //   trusted: load            {plugin}                   -> {manifest{kernel_type, capabilities}}
 //   trusted: compile         {source_code, metadata, io, work_dir, cuda_arch, side}
 //                                                       -> {time_ms, info?} | error
@@ -84,6 +89,7 @@ inline constexpr const char* kBind = "bind";
 inline constexpr const char* kArgs = "args";
 inline constexpr const char* kLaunch = "launch";
 inline constexpr const char* kOpenDevice = "open_device";
+inline constexpr const char* kWarmDevice = "warm_device";
 inline constexpr const char* kDefaultInputs = "default_inputs";
 inline constexpr const char* kTimer = "timer";
 inline constexpr const char* kSample = "sample";

@@ -72,6 +72,25 @@ keval_error* keval_python_prewarm(const keval_python_driver* driver_location) {
   });
 }
 
+keval_error* keval_python_warm_device(const keval_python_driver* driver_location,
+                                      const keval_device_args* args) {
+  return sdk_detail::guarded(KEVAL_ERROR_INTERNAL, [&] {
+    if (args == nullptr)
+      throw Error(KEVAL_ERROR_INTERNAL, "warm_device called with null arguments");
+    runtime::ensure_interpreter();
+    runtime::Gil gil;
+    try {
+      py::object driver = import_driver(driver_location);
+      if (py::hasattr(driver, "warm_device"))
+        driver.attr("warm_device")(static_cast<int>(args->device.device_type),
+                                   static_cast<int>(args->device.device_id),
+                                   reinterpret_cast<uintptr_t>(args->stream));
+    } catch (py::error_already_set& e) {
+      throw runtime::to_sdk_error(e);
+    }
+  });
+}
+
 keval_error* keval_python_bind_device(keval_kernel* kernel, const keval_device_args* args) {
   return sdk_detail::bind_thunk(kernel, args);
 }

@@ -20,9 +20,9 @@
  *     one job and exits. Globals, caches and interpreters may live for the process; nothing of one
  *     job can reach the next. prewarm() runs, at most once, before that job is known.
  *   - One thread calls in: every entry point is called from the runner's single serving thread,
- *     never concurrently, in the order manifest, [prewarm], compile, bind_device, then any number
- *     of default_inputs and launch calls, then kernel_destroy. A plugin needs no locking for calls
- *     from the host; threads it starts itself are its own to manage.
+ *     never concurrently, in the order manifest, [prewarm, [warm_device]], compile, bind_device,
+ *     then any number of default_inputs and launch calls, then kernel_destroy. A plugin needs no
+ *     locking for calls from the host; threads it starts itself are its own to manage.
  *   - manifest() may also run in a short-lived probe process that calls nothing else.
  *   - The device context: bind_device, default_inputs and launch run with the granted device's
  *     context current on the calling thread; compile runs before any device exists for the job.
@@ -52,7 +52,7 @@ extern "C" {
 #endif
 
 #define KEVAL_PLUGIN_API_MAJOR 1
-#define KEVAL_PLUGIN_API_MINOR 3 /* the newest minor version this header describes */
+#define KEVAL_PLUGIN_API_MINOR 4 /* the newest minor version this header describes */
 
 /* The minor version that introduced each optional feature: a plugin's api_minor is the largest of
  * those it uses (0 when it uses none). */
@@ -61,6 +61,9 @@ extern "C" {
 /* KEVAL_CAP_ONE_STREAM: hosts before 1.3 ignore the bit, so a plugin that sets it need not raise
  * its api_minor for it. */
 #define KEVAL_PLUGIN_API_MINOR_ONE_STREAM 3
+/* keval_plugin_api.warm_device: hosts before 1.4 never call it, so a plugin that sets it need not
+ * raise its api_minor for it. */
+#define KEVAL_PLUGIN_API_MINOR_WARM_DEVICE 4
 
 /* The one exported symbol. Its type is keval_plugin_entry_fn. */
 #define KEVAL_PLUGIN_ENTRY_NAME "keval_plugin_entry_v1"
@@ -344,6 +347,20 @@ typedef struct keval_plugin_api {
    * "Plans"), plugin-owned, valid until the next call. KEVAL_ERROR_INVALID_REQUEST names what is
    * wrong with the program. */
   keval_error* (*plan_program)(const struct keval_program_args* args, const char** plan_json);
+
+  /* --- 1.4 ----------------------------------------------------------------------------------- */
+
+  /* Optional (NULL: nothing to do). Called at most once, after prewarm() and before any
+   * compile(), in a worker started ahead of its job whose device was opened ahead: args names
+   * that device (its context current on the calling thread) and the stream bind_device would
+   * get. Does the job-independent device set-up that every job's first launches would pay on
+   * the GPU otherwise: a framework's own initialisation on the device, its libraries' handles,
+   * and the loading of its common kernels, which may be launched (on small inputs of the
+   * plugin's own). Runs no user code, leaves no work queued (synchronise before returning) and
+   * keeps nothing a job could see (memory is given back, random states are seeded again by the
+   * job). The host calls it only while no job is timed on that GPU. An error is logged and
+   * reported, and the worker carries on. */
+  keval_error* (*warm_device)(const keval_device_args* args);
 } keval_plugin_api;
 
 typedef const keval_plugin_api* (*keval_plugin_entry_fn)(void);

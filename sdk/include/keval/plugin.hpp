@@ -254,6 +254,22 @@ template <class Plugin> keval_error* prewarm_thunk() {
   return guarded(KEVAL_ERROR_INTERNAL, [] { Plugin::prewarm(); });
 }
 
+// Plugins may define `static void warm_device(const keval_device_args& args);` (SDK 1.4): see
+// keval_plugin_api::warm_device. Hosts before 1.4 never call it, so api_minor does not rise.
+template <class Plugin, class = void> struct HasWarmDevice : std::false_type {};
+template <class Plugin>
+struct HasWarmDevice<
+    Plugin, std::void_t<decltype(Plugin::warm_device(std::declval<const keval_device_args&>()))>>
+    : std::true_type {};
+
+template <class Plugin> keval_error* warm_device_thunk(const keval_device_args* args) {
+  return guarded(KEVAL_ERROR_INTERNAL, [args] {
+    if (args == nullptr)
+      throw Error(KEVAL_ERROR_INTERNAL, "warm_device called with null arguments");
+    Plugin::warm_device(*args);
+  });
+}
+
 template <class Plugin> const keval_plugin_api* api_table() {
   static const keval_plugin_api table = [] {
     keval_plugin_api t{};
@@ -271,6 +287,8 @@ template <class Plugin> const keval_plugin_api* api_table() {
     t.kernel_destroy = &kernel_destroy_thunk;
     if constexpr (HasPrewarm<Plugin>::value)
       t.prewarm = &prewarm_thunk<Plugin>;
+    if constexpr (HasWarmDevice<Plugin>::value)
+      t.warm_device = &warm_device_thunk<Plugin>;
     return t;
   }();
   return &table;

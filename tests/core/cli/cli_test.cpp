@@ -21,7 +21,7 @@ std::vector<std::string> fault_env() {
 TEST(Cli, VersionAndUsage) {
   auto v = run_keval({"version"});
   EXPECT_EQ(v.exit_code, 0);
-  EXPECT_NE(v.out.find("keval 0.1.0 (plugin API 1.3)"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("keval 0.1.0 (plugin API 1.4)"), std::string::npos) << v.out;
   auto bad = run_keval({"frobnicate"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("usage: keval"), std::string::npos);

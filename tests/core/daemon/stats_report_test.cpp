@@ -41,6 +41,17 @@ TEST(StatsReport, AJobsStagesComeFromTheQueueTheWorkersTimelineAndItsExit) {
   const auto waited = job_stage_times(5, 400, handed, 50);
   EXPECT_DOUBLE_EQ(*waited[9], 250);
   EXPECT_DOUBLE_EQ(*waited[10], 750);
+  // And then waited for the GPU's timing turn (a prestarted worker warming it up): that wait is
+  // quiet_wait too, with or without a handover before it.
+  handed["timing_turn"] = 2000;
+  const auto turned = job_stage_times(5, 400, handed, 50);
+  EXPECT_DOUBLE_EQ(*turned[9], 350);
+  EXPECT_DOUBLE_EQ(*turned[10], 650);
+  auto turn_only = timeline;
+  turn_only["timing_turn"] = 1700;
+  const auto turn_waited = job_stage_times(5, 400, turn_only, 50);
+  EXPECT_DOUBLE_EQ(*turn_waited[9], 50);
+  EXPECT_DOUBLE_EQ(*turn_waited[10], 950);
   // A CPU job that failed to compile: no CUDA, no device, no validation; compile counts from
   // the runners.
   const auto failed = job_stage_times(

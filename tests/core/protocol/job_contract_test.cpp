@@ -64,10 +64,28 @@ TEST(JobContract, DoneCarriesTheWorkersTimelineChecked) {
   const auto back = parse_worker_message(to_frame(WorkerMessage{sent}));
   ASSERT_TRUE(std::holds_alternative<Done>(back));
   EXPECT_EQ(std::get<Done>(back).timeline, sent.timeline);
+  EXPECT_TRUE(std::get<Done>(back).warm_up.empty());
   for (const char* bad :
        {R"({"type":"done","timeline":[1]})", R"({"type":"done","timeline":{"compiled":"80"}})",
         R"({"type":"done","timeline":{"compiled":-1}})"})
     EXPECT_THROW(parse_worker_message(parse(bad)), ProtocolError) << bad;
+}
+
+TEST(JobContract, DoneCarriesAPrestartedWorkersWarmUp) {
+  Done sent;
+  sent.warm_up =
+      json::object{{"turn_wait_s", 0.25},
+                   {"warm_s", 0.125},
+                   {"sides", json::object{{"ref", json::object{{"warmed", {"torch"}}}}}}};
+  const auto back = parse_worker_message(to_frame(WorkerMessage{sent}));
+  ASSERT_TRUE(std::holds_alternative<Done>(back));
+  EXPECT_EQ(std::get<Done>(back).warm_up, sent.warm_up);
+  try {
+    parse_worker_message(parse(R"({"type":"done","warm_up":"ran"})"));
+    ADD_FAILURE() << "a warm_up that is not an object was accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("'warm_up'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(JobContract, MessagesAreCheckedAsTheyAreRead) {

@@ -5,7 +5,7 @@ timed."""
 import inspect
 
 from keval_runtime import bridge, common, contract, errors, invoke, launching, loader, session
-from keval_runtime.device import Device
+from keval_runtime.device import Device, warm_torch
 
 
 def compile(source, metadata_json, io_json, work_dir, side, cuda_arch):
@@ -65,3 +65,9 @@ def prewarm():
         import triton  # noqa: F401
     except ImportError:
         pass  # scripts that use Triton fail on their own import, with their own traceback
+
+
+def warm_device(device_type, device_id, stream):
+    """torch set up on the device opened ahead, before the job (SDK 1.4 warm_device):
+    keval_runtime.device.warm_torch."""
+    warm_torch(device_type, device_id)

@@ -2,6 +2,7 @@
 contract). The loading, targeting, weights and inputs are keval_runtime.torch_module's, shared
 with torch_cuda; this driver is the type's entry: compile() and prewarm().
 """
+from keval_runtime.device import warm_torch
 from keval_runtime.torch_module import TorchKernel
 
 
@@ -13,3 +14,9 @@ def prewarm():
     """A worker started ahead of its job imports torch now (SDK 1.1 prewarm): about 3 s that
     every torch job would otherwise spend before compiling."""
     import torch  # noqa: F401
+
+
+def warm_device(device_type, device_id, stream):
+    """torch set up on the device opened ahead, before the job (SDK 1.4 warm_device):
+    keval_runtime.device.warm_torch."""
+    warm_torch(device_type, device_id)

@@ -10,7 +10,7 @@ inputs from get_inputs()/get_init_inputs() created on the device, validation and
 core — is the torch type's.
 """
 from keval_runtime import common, errors
-from keval_runtime.device import DEVICE_CUDA
+from keval_runtime.device import DEVICE_CUDA, warm_torch
 from keval_runtime.torch_module import TorchKernel
 
 from . import build, served_build, shim
@@ -66,3 +66,9 @@ def prewarm():
     import torch.utils.cpp_extension  # noqa: F401
 
     build.Builder(work_dir=None, cuda_arch=None).prepare(wait=False)
+
+
+def warm_device(device_type, device_id, stream):
+    """torch set up on the device opened ahead, before the job (SDK 1.4 warm_device):
+    keval_runtime.device.warm_torch."""
+    warm_torch(device_type, device_id)

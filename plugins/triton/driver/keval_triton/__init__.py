@@ -27,7 +27,7 @@ import os
 import time
 
 from keval_runtime import bridge, common, contract, errors, launching, loader, session
-from keval_runtime.device import Device
+from keval_runtime.device import Device, warm_torch
 
 
 def compile(source, metadata_json, io_json, work_dir, side, cuda_arch):
@@ -327,3 +327,9 @@ def prewarm():
     import triton  # noqa: F401
 
     _build_runtime_utilities()
+
+
+def warm_device(device_type, device_id, stream):
+    """torch set up on the device opened ahead, before the job (SDK 1.4 warm_device):
+    keval_runtime.device.warm_torch."""
+    warm_torch(device_type, device_id)

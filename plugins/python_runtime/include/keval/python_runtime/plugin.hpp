@@ -56,6 +56,10 @@ KEVAL_PYTHON_RUNTIME_API void keval_python_kernel_destroy(keval_kernel* kernel);
 // Starts the interpreter and imports `driver`, then calls its prewarm() when it has one (which
 // imports the type's frameworks): SDK 1.1's prewarm, for workers started ahead of a job.
 KEVAL_PYTHON_RUNTIME_API keval_error* keval_python_prewarm(const keval_python_driver* driver);
+// Calls the driver's warm_device(device_type, device_id, stream) when it has one: SDK 1.4's
+// warm_device, the type's framework set up on the device opened ahead (keval_runtime.device).
+KEVAL_PYTHON_RUNTIME_API keval_error* keval_python_warm_device(const keval_python_driver* driver,
+                                                               const keval_device_args* args);
 KEVAL_PYTHON_RUNTIME_API void keval_python_error_destroy(keval_error* error);
 
 } // extern "C"
@@ -110,6 +114,10 @@ template <const KernelTypeSpec& Spec> const keval_plugin_api* plugin_api() {
     t.launch = &keval_python_launch;
     t.kernel_destroy = &keval_python_kernel_destroy;
     t.prewarm = []() { return keval_python_prewarm(driver<Spec>()); };
+    // Hosts before 1.4 never call it: api_minor stays (KEVAL_PLUGIN_API_MINOR_WARM_DEVICE).
+    t.warm_device = [](const keval_device_args* args) {
+      return keval_python_warm_device(driver<Spec>(), args);
+    };
     return t;
   }();
   return &table;

@@ -1,0 +1,177 @@
+#include "worker/engine/device_turn.hpp"
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <system_error>
+#include <thread>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace keval::worker {
+
+namespace {
+
+std::string errno_text(const char* what) {
+  return std::string(what) + ": " + std::strerror(errno);
+}
+
+// `lock_file` opened, created owner-only when missing; never through a link, and only a file of
+// ours: another user's could be held forever. Empty, with `why_not` set, otherwise.
+UniqueFd open_own_lock_file(const std::filesystem::path& lock_file, std::string& why_not) {
+  UniqueFd file(::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!file) {
+    why_not = errno_text(("opening " + lock_file.string()).c_str());
+    return file;
+  }
+  struct stat st {};
+  if (::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
+    why_not = lock_file.string() + " is not a regular file of this user";
+    file.reset();
+  }
+  return file;
+}
+
+} // namespace
+
+DeviceTurn::DeviceTurn(const std::filesystem::path& lock_file, std::chrono::milliseconds patience) {
+  wait(lock_file, std::chrono::steady_clock::now() + patience, -1, std::chrono::milliseconds(2));
+  if (!held_ && why_not_.empty())
+    why_not_ =
+        "another process kept the turn longer than " + std::to_string(patience.count()) + " ms";
+}
+
+DeviceTurn::DeviceTurn(const std::filesystem::path& lock_file, UntilReadable until) {
+  wait(lock_file, std::chrono::steady_clock::time_point::max(), until.fd, until.interval);
+}
+
+void DeviceTurn::wait(const std::filesystem::path& lock_file,
+                      std::chrono::steady_clock::time_point deadline, int interrupt_fd,
+                      std::chrono::milliseconds interval) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto waited = [&] {
+    waited_ms_ =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
+  file_ = open_own_lock_file(lock_file, why_not_);
+  if (!file_)
+    return;
+  // flock has no timed wait: tried again every `interval` (2 ms for an open or a job: nothing
+  // beside what they wait for, a tenth of a second or more).
+  for (;;) {
+    if (::flock(file_.get(), LOCK_EX | LOCK_NB) == 0) {
+      held_ = true;
+      break;
+    }
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      why_not_ = errno_text("flock");
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline)
+      break;
+    if (interrupt_fd < 0) {
+      std::this_thread::sleep_for(interval);
+      continue;
+    }
+    pollfd readable{interrupt_fd, POLLIN, 0};
+    const int ready = ::poll(&readable, 1, static_cast<int>(interval.count()));
+    if (ready > 0) { // something to read, or the writer gone: either way, no more waiting
+      interrupted_ = true;
+      why_not_ = "gave up waiting: there was something to read";
+      break;
+    }
+    if (ready < 0 && errno != EINTR) {
+      why_not_ = errno_text("poll");
+      break;
+    }
+  }
+  waited();
+  if (!held_)
+    file_.reset();
+}
+
+namespace {
+
+std::filesystem::path lock_directory() {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+  return ec ? std::filesystem::path("/tmp") : dir;
+}
+
+} // namespace
+
+std::filesystem::path DeviceTurn::open_lock_file() {
+  return lock_directory() / ("keval-device-open-" + std::to_string(::geteuid()) + ".lock");
+}
+
+namespace {
+
+// `keval-device-<kind>-<euid>-<gpu>.lock`, `gpu` with only letters and digits kept.
+std::filesystem::path gpu_lock_file(const char* kind, const std::string& gpu) {
+  std::string name = gpu.empty() ? "0" : gpu;
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)))
+      c = '_';
+  return lock_directory() / ("keval-device-" + std::string(kind) + "-" +
+                             std::to_string(::geteuid()) + "-" + name + ".lock");
+}
+
+} // namespace
+
+std::filesystem::path DeviceTurn::timing_lock_file(const std::string& gpu) {
+  return gpu_lock_file("timing", gpu);
+}
+
+std::filesystem::path DeviceTurn::timing_wish_file(const std::string& gpu) {
+  return gpu_lock_file("timing-wish", gpu);
+}
+
+TimingWish::TimingWish(const std::filesystem::path& wish_file, std::chrono::milliseconds patience) {
+  std::string why_not;
+  file_ = open_own_lock_file(wish_file, why_not);
+  if (!file_)
+    return;
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  for (;;) {
+    if (::flock(file_.get(), LOCK_SH | LOCK_NB) == 0) {
+      held_ = true;
+      return;
+    }
+    if ((errno != EWOULDBLOCK && errno != EINTR) || std::chrono::steady_clock::now() >= deadline)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  file_.reset();
+}
+
+TimingWish::~TimingWish() {
+  if (held_)
+    ::futimens(file_.get(), nullptr); // now: the GPU's idle time starts here
+}
+
+bool TimingWish::idle_for(const std::filesystem::path& wish_file, std::chrono::milliseconds idle) {
+  std::string why_not;
+  const UniqueFd file = open_own_lock_file(wish_file, why_not);
+  if (!file)
+    return true;
+  if (::flock(file.get(), LOCK_EX | LOCK_NB) != 0)
+    return false; // a job holds the GPU
+  struct stat st {};
+  const bool stated = ::fstat(file.get(), &st) == 0;
+  ::flock(file.get(), LOCK_UN);
+  if (!stated)
+    return true;
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const double since_ms =
+      (now.tv_sec - st.st_mtim.tv_sec) * 1e3 + (now.tv_nsec - st.st_mtim.tv_nsec) / 1e6;
+  return since_ms >= static_cast<double>(idle.count());
+}
+
+} // namespace keval::worker
