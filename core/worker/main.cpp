@@ -25,6 +25,7 @@
 #include "worker/pipeline/pipeline.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
 #include "worker/program/step_process.hpp"
+#include "worker/runner/device_warm_up.hpp"
 #include "worker/runner/runner.hpp"
 #include "worker/runner/runner_client.hpp"
 #include "worker/runner/runner_protocol.hpp"
@@ -37,7 +38,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -52,7 +52,6 @@
 #include <boost/json/array.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value_to.hpp>
-#include <poll.h>
 #include <unistd.h>
 
 namespace {
@@ -267,112 +266,22 @@ public:
   }
 
 #ifdef KEVAL_HAVE_CUDA
-  // Before the job comes: once no job is timed on the GPU (its timing turn,
-  // worker/engine/device_turn.hpp) and none has held it for a while (TimingWish::idle_for), each
-  // runner in turn warms up the device it opened ahead, holding the turn while it does. A job
-  // granted the GPU meanwhile waits at most for the runner warming up then, during its bind and
-  // validation most often. A job that comes first ends the wait: it then pays the first launches
-  // of the runners not yet warm itself, as without a warm-up. What happened is in the job's
+  // Before the job comes: the runners warm up the device they opened ahead
+  // (worker/runner/device_warm_up.hpp), until the job comes. What happened is in the job's
   // `done` (device_warm_up).
   void warm_device_before_job(int job_fd) {
-    json::object report;
-    // An operator's switch (and the benches' comparison): KEVAL_DEVICE_WARM_UP=0 leaves every
-    // job's first launches to the job, as before SDK 1.4.
-    if (const char* setting = std::getenv("KEVAL_DEVICE_WARM_UP");
-        setting != nullptr && std::string(setting) == "0") {
-      report["not_run"] = "KEVAL_DEVICE_WARM_UP=0";
-      warm_up_ = std::move(report);
-      return;
-    }
-    keval::worker::Engine* engine = opener_.opened();
+    const keval::worker::Engine* engine = opener_.opened();
     if (engine == nullptr) {
-      report["not_run"] = "this worker's device was not opened ahead";
-      warm_up_ = std::move(report);
+      warm_up_ = json::object{{ "not_run", "this worker's device was not opened ahead" }};
       return;
     }
-    const json::object device = engine->describe();
-    const json::value* bus = device.if_contains("pci_bus_id");
-    const std::string gpu =
-        bus != nullptr && bus->is_string() ? std::string(bus->as_string()) : std::string("0");
-    // KEVAL_DEVICE_WARM_UP_IDLE_MS: how long the GPU must have been idle (TimingWish::idle_for);
-    // tests set 0 to meet warm-ups beside a busy GPU's jobs.
-    std::chrono::milliseconds idle = keval::worker::TimingWish::kIdleBeforeWarmUp;
-    if (const char* setting = std::getenv("KEVAL_DEVICE_WARM_UP_IDLE_MS"); setting != nullptr) {
-      char* end = nullptr;
-      const long ms = std::strtol(setting, &end, 10);
-      if (end != setting && *end == '\0' && ms >= 0 && ms <= 60000)
-        idle = std::chrono::milliseconds(ms);
-    }
-    const auto turn_file = keval::worker::DeviceTurn::timing_lock_file(gpu);
-    const auto wish_file = keval::worker::DeviceTurn::timing_wish_file(gpu);
-    // On the host's clock, as the job's timeline (job_sent_unix_ms): each runner's hold on the
-    // turn can be lined up against the jobs timed on the GPU.
-    const auto unix_ms = [] {
-      return std::chrono::duration<double, std::milli>(
-                 std::chrono::system_clock::now().time_since_epoch())
-          .count();
-    };
-    double turn_wait_ms = 0;
-    int64_t found_gpu_busy = 0;
-    json::object sides;
-    json::array errors;
-    const auto finish = [&] {
-      report["turn_wait_s"] = turn_wait_ms / 1000;
-      report["found_gpu_busy"] = found_gpu_busy;
-      report["sides"] = std::move(sides);
-      if (!errors.empty())
-        report["errors"] = std::move(errors);
-      warm_up_ = std::move(report);
-    };
-    for (auto& [side, runner] : ready_) {
-      for (;;) {
-        // Whether the GPU is idle is looked at before the turn is taken, and again once it is
-        // held (a job may have been granted the GPU meanwhile): a worker that held the turn
-        // while it waited for the GPU to be idle would keep the jobs from it.
-        if (!keval::worker::TimingWish::idle_for(wish_file, idle)) {
-          // A job holds the GPU, or held it a moment ago (a busy GPU's next job is on its way):
-          // look again a little later, unless this worker's own job comes meanwhile.
-          ++found_gpu_busy;
-          pollfd job{job_fd, POLLIN, 0};
-          if (::poll(&job, 1, kLookAgainMs) > 0) {
-            report["not_run"] = "the job came before the " + side + " runner's warm-up";
-            return finish();
-          }
-          continue;
-        }
-        std::optional<keval::worker::DeviceTurn> turn;
-        turn.emplace(turn_file, keval::worker::DeviceTurn::UntilReadable(job_fd));
-        turn_wait_ms += turn->waited_ms();
-        if (!turn->held()) {
-          report["not_run"] = (turn->interrupted() ? std::string("the job came before the ")
-                                                   : turn->why_not() + ": before the ") +
-                              side + " runner's warm-up";
-          return finish();
-        }
-        if (!keval::worker::TimingWish::idle_for(wish_file, idle)) {
-          turn.reset(); // the jobs' at once
-          continue;
-        }
-        json::object one;
-        one["from_unix_ms"] = unix_ms();
-        json::object ask;
-        ask["type"] = keval::worker::runner_msg::kWarmDevice;
-        // A runner that breaks here (keval's own set-up) fails the worker, not a side of the job.
-        const json::object reply = runner->call(std::move(ask), "warming its device up");
-        one["to_unix_ms"] = unix_ms();
-        if (!keval::worker::RunnerClient::ok(reply))
-          errors.emplace_back(side + ": " + keval::worker::RunnerClient::error_of(reply).message);
-        for (const char* key : {"warmed", "errors", "skipped"})
-          if (const json::value* v = reply.if_contains(key))
-            one[key] = *v;
-        sides[side] = std::move(one);
-        break;
-      }
-    }
-    return finish();
+    std::vector<std::pair<std::string, keval::worker::RunnerClient*>> runners;
+    for (auto& [side, runner] : ready_)
+      runners.emplace_back(side, runner.get());
+    warm_up_ = keval::worker::warm_up_before_job(
+        runners, keval::worker::DeviceTurn::gpu_of(*engine), job_fd,
+        keval::worker::DeviceWarmUpSettings::from_environment());
   }
-  // How long a warm-up that found the GPU busy waits before it looks again.
-  static constexpr int kLookAgainMs = 10;
 #endif
 
   boost::json::object device_warm_up() const override {

@@ -132,6 +132,15 @@ std::filesystem::path DeviceTurn::timing_wish_file(const std::string& gpu) {
   return gpu_lock_file("timing-wish", gpu);
 }
 
+std::string DeviceTurn::gpu_of(const Engine& engine) {
+  if (engine.device().device_type != KEVAL_DEVICE_CUDA)
+    return {};
+  const boost::json::object device = engine.describe();
+  const boost::json::value* bus = device.if_contains("pci_bus_id");
+  return bus != nullptr && bus->is_string() ? std::string(bus->as_string())
+                                            : std::to_string(engine.device().device_id);
+}
+
 TimingWish::TimingWish(const std::filesystem::path& wish_file, std::chrono::milliseconds patience) {
   std::string why_not;
   file_ = open_own_lock_file(wish_file, why_not);

@@ -19,6 +19,7 @@
 #pragma once
 
 #include "common/unique_fd.hpp"
+#include "worker/engine/engine.hpp"
 
 #include <chrono>
 #include <filesystem>
@@ -63,6 +64,9 @@ public:
   static std::filesystem::path timing_lock_file(const std::string& gpu);
   // Beside it, the GPU's timing wish (TimingWish): `keval-device-timing-wish-<euid>-<gpu>.lock`.
   static std::filesystem::path timing_wish_file(const std::string& gpu);
+  // The name of `engine`'s GPU for those files: its PCI bus id (its ordinal where the driver
+  // does not say); empty for an engine that is not a CUDA device's.
+  static std::string gpu_of(const Engine& engine);
   // How long a prestarted worker waits for its turn: past a few dozen openers in line (each
   // opens three contexts, 0.1 to 0.3 s apiece), it opens anyway.
   static constexpr std::chrono::milliseconds kOpenPatience{15000};

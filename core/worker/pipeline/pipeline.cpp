@@ -381,7 +381,7 @@ private:
   // while a job holds it, and one warming it up now ends with the runner it is at, most likely
   // while this job binds and validates, before it needs the timing turn.
   void wish_to_time() {
-    timed_gpu_ = timed_gpu();
+    timed_gpu_ = engine_ ? DeviceTurn::gpu_of(*engine_) : std::string();
     if (!timed_gpu_.empty())
       timing_wish_.emplace(DeviceTurn::timing_wish_file(timed_gpu_), kTimingWishPatience);
   }
@@ -394,17 +394,6 @@ private:
     }
     if (!timed_gpu_.empty())
       take_timing_turn(timed_gpu_);
-  }
-
-  // The CUDA GPU this job times on, as the machine's processes all name it (its PCI bus id);
-  // empty on the CPU.
-  std::string timed_gpu() const {
-    if (!engine_ || engine_->device().device_type != KEVAL_DEVICE_CUDA)
-      return {};
-    const json::object device = engine_->describe();
-    const json::value* bus = device.if_contains("pci_bus_id");
-    return bus != nullptr && bus->is_string() ? std::string(bus->as_string())
-                                              : std::to_string(engine_->device().device_id);
   }
 
   // The GPU's timing turn (engine/device_turn.hpp), held from here until the GPU is handed over

@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -122,6 +123,8 @@ public:
   json::object warm_device_now() {
     if (user_code_loaded_)
       throw WireError("'warm_device' after user code was loaded");
+    if (std::exchange(device_warmed_, true))
+      throw WireError("a second 'warm_device'"); // the SDK calls it at most once
     json::object reply;
     json::array warmed, errors;
 #ifdef KEVAL_HAVE_CUDA
@@ -742,6 +745,7 @@ private:
   std::map<std::string, std::vector<std::unique_ptr<Tensor>>> shared_; // kind -> share()
   std::string nvtx_range_;
   bool user_code_loaded_ = false; // a compile, companion or program command came: no warm_device
+  bool device_warmed_ = false;    // warm_device came (at most once)
 #ifdef KEVAL_HAVE_CUDA
   EngineOpener opener_;
 #endif

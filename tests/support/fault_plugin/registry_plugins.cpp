@@ -82,6 +82,7 @@ extern "C" KEVAL_PLUGIN_EXPORT const keval_plugin_api* keval_plugin_entry_v1(voi
                                     &launch,
                                     &destroy,
                                     nullptr,
+                                    nullptr,
                                     nullptr};
   return &api;
 #endif
