@@ -54,8 +54,7 @@ TEST(RunnerWarmDevice, BeforeUserCodeItAnswersAndSaysWhyNothingRan) {
   EXPECT_TRUE(reply.at("warmed").as_array().empty()) << json::serialize(reply);
   EXPECT_FALSE(reply.at("skipped").as_string().empty()) << json::serialize(reply);
   // At most once, as the SDK promises the plugins.
-  EXPECT_THROW(runner->call(command(runner_msg::kWarmDevice), "warming its device"),
-               RunnerFailure);
+  EXPECT_THROW(runner->call(command(runner_msg::kWarmDevice), "warming its device"), RunnerFailure);
 }
 
 TEST(RunnerWarmDevice, AfterACompileTheRunnerRefusesItAndStops) {
