@@ -19,6 +19,13 @@ namespace {
 // How long a warm-up that found the GPU busy waits before it looks again.
 constexpr int kLookAgainMs = 10;
 
+// Whether the host's channel has something to read (the job has come, or the host is gone)
+// within `ms`.
+bool job_came(int job_fd, int ms) {
+  pollfd job{job_fd, POLLIN, 0};
+  return ::poll(&job, 1, ms) > 0;
+}
+
 double unix_ms() {
   return std::chrono::duration<double, std::milli>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -79,8 +86,7 @@ json::object warm_up_before_job(const std::vector<std::pair<std::string, RunnerC
         // A job holds the GPU, or held it a moment ago (a busy GPU's next job is on its way):
         // look again a little later, unless this worker's own job comes meanwhile.
         ++found_gpu_busy;
-        pollfd job{job_fd, POLLIN, 0};
-        if (::poll(&job, 1, kLookAgainMs) > 0) {
+        if (job_came(job_fd, kLookAgainMs)) {
           report["not_run"] = "the job came before the " + side + " runner's warm-up";
           return finish();
         }
@@ -98,6 +104,12 @@ json::object warm_up_before_job(const std::vector<std::pair<std::string, RunnerC
       if (!TimingWish::idle_for(wish_file, settings.idle)) {
         turn.reset(); // the jobs' at once
         continue;
+      }
+      // A job that came while the turn was taken free (a worker that said hello to a job waiting
+      // for it, on a GPU idle meanwhile) goes first: it would wait for the whole runner's warm-up.
+      if (job_came(job_fd, 0)) {
+        report["not_run"] = "the job came before the " + side + " runner's warm-up";
+        return finish();
       }
       // On the host's clock, as the job's timeline (job_sent_unix_ms): each runner's hold on the
       // turn can be lined up against the jobs timed on the GPU.

@@ -172,6 +172,20 @@ TEST(DeviceWarmUp, NoneWhileAJobHoldsTheGpuAndTheJobsArrivalEndsTheWait) {
   EXPECT_TRUE(RunnerClient::ok(runners.ref->call(command(runner_msg::kWarmDevice), "warming")));
 }
 
+TEST(DeviceWarmUp, AJobThatIsWaitingGoesFirstEvenOnAnIdleGpu) {
+  TestGpu gpu;
+  gpu.idle_a_minute();
+  TwoRunners runners;
+  Pipe job;
+  ASSERT_EQ(::write(job.fds[1], "j", 1), 1); // sent as the worker said hello
+  const json::object report =
+      warm_up_before_job(runners.both(), gpu.name(), job.fds[0],
+                         DeviceWarmUpSettings{true, TimingWish::kIdleBeforeWarmUp});
+  EXPECT_EQ(report.at("not_run"), "the job came before the custom runner's warm-up")
+      << json::serialize(report);
+  EXPECT_TRUE(report.at("sides").as_object().empty()) << json::serialize(report);
+}
+
 TEST(DeviceWarmUp, AGpuLetGoAMomentAgoIsNotIdleYet) {
   TestGpu gpu;
   { TimingWish last_job(DeviceTurn::timing_wish_file(gpu.name()), std::chrono::milliseconds(0)); }
