@@ -204,6 +204,11 @@ def run_keval(args, jobs, label="keval"):
             f"{part} {ms / len(jobs):.0f}" for part, ms in profiling_ms.items()))
         for line in slowest_validation_overlaps(workers):
             print("   " + line)
+        warmed = [warmed_runners(worker) for _, worker in workers]
+        if any(w is not None for w in warmed):
+            print("   jobs whose prestarted worker warmed the GPU up before they came: " + "  ".join(
+                f"{kind} {sum(1 for w in warmed if w == n)}"
+                for kind, n in (("both runners", 2), ("one runner", 1), ("none", 0))))
         warm, warm_before = after.get("warm_workers", {}), before.get("warm_workers", {})
         if warm:
             print("   prestarted workers over the batch: " + "  ".join(
@@ -281,9 +286,19 @@ def run_sequence(args, n):
         client.close()
 
 
+def warmed_runners(worker):
+    """How many of the job's runners its prestarted worker warmed the GPU up with before the job
+    came (metadata.worker.prewarm.device_warm_up; SDK 1.4 warm_device), or None for a worker
+    started for its job."""
+    warm_up = worker.get("prewarm", {}).get("device_warm_up")
+    if warm_up is None:
+        return None
+    return sum(1 for side in warm_up.get("sides", {}).values() if side.get("warmed"))
+
+
 def run_burst(client, request, n, label):
     """N back-to-back compares from one client: its row, and where the jobs' time went."""
-    latencies, failures, starts, timelines, sampling, waits = [], 0, [], [], [], []
+    latencies, failures, starts, timelines, sampling, waits, warmed = [], 0, [], [], [], [], []
     start = time.perf_counter()
     for _ in range(n):
         t = time.perf_counter()
@@ -297,6 +312,7 @@ def run_burst(client, request, n, label):
                        timeline.get("ended")))
         worker = metadata_of(r).get("worker", {})
         waits.append((worker.get("ready_wait_ms"), worker.get("prewarm", {})))
+        warmed.append(warmed_runners(worker))
     wall = time.perf_counter() - start
     median = statistics.median(latencies)
     row(label, wall, latencies, failures,
@@ -313,6 +329,9 @@ def run_burst(client, request, n, label):
                                 f"{p.get('device_turn_wait_s', 0):.1f}/"
                                 f"{p.get('device_open_s', 0):.1f})" if p else "")
                   for w, p in waits))
+    if any(w is not None for w in warmed):
+        print("   per job, runners its worker warmed the GPU up with before it came: " +
+              " ".join("-" if w is None else str(w) for w in warmed))
     steps = step_means(timelines)
     if steps:
         print("   mean ms per step: " + "  ".join(f"{k} {v:.0f}" for k, v in steps.items()))
@@ -322,7 +341,7 @@ def run_burst(client, request, n, label):
             f"{k} {statistics.mean(spent.get(k, 0) for spent in sampling):.0f}"
             for k in parts))
     return {"wall_s": wall, "latencies_s": latencies, "failures": failures,
-            "max_over_median": max(latencies) / median}
+            "max_over_median": max(latencies) / median, "warmed_runners": warmed}
 
 
 def run_fresh(args, jobs):
