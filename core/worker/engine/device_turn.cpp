@@ -40,20 +40,23 @@ UniqueFd open_own_lock_file(const std::filesystem::path& lock_file, std::string&
 
 } // namespace
 
-DeviceTurn::DeviceTurn(const std::filesystem::path& lock_file, std::chrono::milliseconds patience) {
-  wait(lock_file, std::chrono::steady_clock::now() + patience, -1, std::chrono::milliseconds(2));
+DeviceTurn::DeviceTurn(const std::filesystem::path& lock_file, std::chrono::milliseconds patience,
+                       Hold hold) {
+  wait(lock_file, std::chrono::steady_clock::now() + patience, -1, std::chrono::milliseconds(2),
+       hold);
   if (!held_ && why_not_.empty())
     why_not_ =
         "another process kept the turn longer than " + std::to_string(patience.count()) + " ms";
 }
 
 DeviceTurn::DeviceTurn(const std::filesystem::path& lock_file, UntilReadable until) {
-  wait(lock_file, std::chrono::steady_clock::time_point::max(), until.fd, until.interval);
+  wait(lock_file, std::chrono::steady_clock::time_point::max(), until.fd, until.interval,
+       Hold::exclusive);
 }
 
 void DeviceTurn::wait(const std::filesystem::path& lock_file,
                       std::chrono::steady_clock::time_point deadline, int interrupt_fd,
-                      std::chrono::milliseconds interval) {
+                      std::chrono::milliseconds interval, Hold hold) {
   const auto start = std::chrono::steady_clock::now();
   const auto waited = [&] {
     waited_ms_ =
@@ -65,7 +68,7 @@ void DeviceTurn::wait(const std::filesystem::path& lock_file,
   // flock has no timed wait: tried again every `interval` (2 ms for an open or a job: nothing
   // beside what they wait for, a tenth of a second or more).
   for (;;) {
-    if (::flock(file_.get(), LOCK_EX | LOCK_NB) == 0) {
+    if (::flock(file_.get(), (hold == Hold::shared ? LOCK_SH : LOCK_EX) | LOCK_NB) == 0) {
       held_ = true;
       break;
     }

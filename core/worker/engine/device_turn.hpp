@@ -11,10 +11,10 @@
 // the 99th percentile, and the job holding the GPU saw validations and teardowns of several
 // seconds. Taking turns leaves it one opener to wait behind.
 //
-// The timing turn, one per GPU: held by the job that times on it, from its first timed sample to
-// its handover, and by a prestarted worker's runner while it warms the GPU up (SDK 1.4
-// warm_device: the kernels a framework loads at its first launches, launched once). So no
-// warm-up runs on a GPU while a job is timed there; with the timing wish below, warm-ups start
+// The timing turn, one per GPU: held (shared) by the jobs timed on it, each from its first timed
+// sample to its handover, and (exclusively) by a prestarted worker's runner while it warms the GPU
+// up (SDK 1.4 warm_device: the kernels a framework loads at its first launches, launched once). So
+// no warm-up runs on a GPU while a job is timed there; with the timing wish below, warm-ups start
 // only while no job holds the GPU.
 #pragma once
 
@@ -29,8 +29,13 @@ namespace keval::worker {
 
 class DeviceTurn {
 public:
+  // Exclusive: one holder at a time (an open, a warm-up). Shared: the jobs timed on a GPU, which
+  // the daemon lets share it only where an operator asked (jobs_per_gpu): they keep warm-ups out,
+  // not each other.
+  enum class Hold { exclusive, shared };
   // Waits for the turn on `lock_file` (created, owner-only, when missing) for at most `patience`.
-  DeviceTurn(const std::filesystem::path& lock_file, std::chrono::milliseconds patience);
+  DeviceTurn(const std::filesystem::path& lock_file, std::chrono::milliseconds patience,
+             Hold hold = Hold::exclusive);
   // Waits for the turn for as long as `fd` has nothing to read (a prestarted worker's channel
   // from the host: its job has come) and its writer is there; interrupted() once it has. Tries
   // every `interval`: a dozen idle workers wait so while a job is timed, each waking up no more
@@ -78,7 +83,7 @@ private:
   // Takes the turn, trying every `interval` until `deadline`, or until `interrupt_fd` (-1: none)
   // is readable.
   void wait(const std::filesystem::path& lock_file, std::chrono::steady_clock::time_point deadline,
-            int interrupt_fd, std::chrono::milliseconds interval);
+            int interrupt_fd, std::chrono::milliseconds interval, Hold hold);
 
   UniqueFd file_;
   bool held_ = false;

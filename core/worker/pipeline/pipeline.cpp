@@ -401,7 +401,8 @@ private:
   // it up now finishes first. Past kTimingPatience the job times without the turn: a holder
   // that long is stuck, and says so in the log.
   void take_timing_turn(const std::string& gpu) {
-    timing_turn_.emplace(DeviceTurn::timing_lock_file(gpu), DeviceTurn::kTimingPatience);
+    timing_turn_.emplace(DeviceTurn::timing_lock_file(gpu), DeviceTurn::kTimingPatience,
+                         DeviceTurn::Hold::shared);
     if (!timing_turn_->held())
       spdlog::warn("job {}: timed without the GPU's timing turn: {}", job_.job_id,
                    timing_turn_->why_not());

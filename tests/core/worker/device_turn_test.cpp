@@ -43,6 +43,23 @@ TEST(DeviceTurn, OneHolderAtATimeAndFreeOnceGivenUp) {
   EXPECT_EQ(st.st_mode & 0777, 0600u); // created for this user alone
 }
 
+TEST(DeviceTurn, JobsTimedOnOneGpuShareItsTimingTurnAndKeepAWarmUpOut) {
+  test::TempDir tmp;
+  const auto file = tmp.path() / "timing.lock";
+  {
+    DeviceTurn first_job(file, milliseconds(0), DeviceTurn::Hold::shared);
+    DeviceTurn second_job(file, milliseconds(0), DeviceTurn::Hold::shared); // jobs_per_gpu 2
+    EXPECT_TRUE(first_job.held()) << first_job.why_not();
+    EXPECT_TRUE(second_job.held()) << second_job.why_not();
+    DeviceTurn warm_up(file, milliseconds(0));
+    EXPECT_FALSE(warm_up.held());
+  }
+  DeviceTurn warm_up(file, milliseconds(0));
+  ASSERT_TRUE(warm_up.held()) << warm_up.why_not();
+  DeviceTurn job(file, milliseconds(5), DeviceTurn::Hold::shared); // waits for the warm-up
+  EXPECT_FALSE(job.held());
+}
+
 TEST(DeviceTurn, TheTurnOfAHolderThatWentIsFree) {
   test::TempDir tmp;
   const auto file = tmp.path() / "turn.lock";
