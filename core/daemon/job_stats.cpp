@@ -99,7 +99,9 @@ std::array<std::optional<double>, kJobStageCount> job_stage_times(double queue_m
   out[8] = between(at("bound"), at("validated"));
   // Its timing starts once the GPU is quiet (the job handing it over gone) and its timing turn
   // is held (no prestarted worker warming the GPU up), whichever came last.
-  const auto quiet = at("timing_turn") ? at("timing_turn") : at("quiet");
+  auto quiet = at("timing_turn");
+  if (!quiet)
+    quiet = at("quiet");
   out[9] = quiet            ? between(at("validated"), quiet)
            : at("profiled") ? std::optional(0.0)
                             : std::nullopt;

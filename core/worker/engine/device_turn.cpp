@@ -67,7 +67,18 @@ void DeviceTurn::wait(const std::filesystem::path& lock_file,
     return;
   // flock has no timed wait: tried again every `interval` (2 ms for an open or a job: nothing
   // beside what they wait for, a tenth of a second or more).
+  const auto readable = [interrupt_fd](int timeout_ms) {
+    pollfd fd{interrupt_fd, POLLIN, 0};
+    return ::poll(&fd, 1, timeout_ms);
+  };
   for (;;) {
+    // What waits for the turn gives way to what it is interrupted for, also when the turn is
+    // free (a worker's job that came as it said hello).
+    if (interrupt_fd >= 0 && readable(0) > 0) {
+      interrupted_ = true;
+      why_not_ = "gave up waiting: there was something to read";
+      break;
+    }
     if (::flock(file_.get(), (hold == Hold::shared ? LOCK_SH : LOCK_EX) | LOCK_NB) == 0) {
       held_ = true;
       break;
@@ -82,14 +93,8 @@ void DeviceTurn::wait(const std::filesystem::path& lock_file,
       std::this_thread::sleep_for(interval);
       continue;
     }
-    pollfd readable{interrupt_fd, POLLIN, 0};
-    const int ready = ::poll(&readable, 1, static_cast<int>(interval.count()));
-    if (ready > 0) { // something to read, or the writer gone: either way, no more waiting
-      interrupted_ = true;
-      why_not_ = "gave up waiting: there was something to read";
-      break;
-    }
-    if (ready < 0 && errno != EINTR) {
+    // Something to read, or the writer gone: either way, the next round gives up.
+    if (readable(static_cast<int>(interval.count())) < 0 && errno != EINTR) {
       why_not_ = errno_text("poll");
       break;
     }
@@ -144,27 +149,12 @@ std::string DeviceTurn::gpu_of(const Engine& engine) {
                                             : std::to_string(engine.device().device_id);
 }
 
-TimingWish::TimingWish(const std::filesystem::path& wish_file, std::chrono::milliseconds patience) {
-  std::string why_not;
-  file_ = open_own_lock_file(wish_file, why_not);
-  if (!file_)
-    return;
-  const auto deadline = std::chrono::steady_clock::now() + patience;
-  for (;;) {
-    if (::flock(file_.get(), LOCK_SH | LOCK_NB) == 0) {
-      held_ = true;
-      return;
-    }
-    if ((errno != EWOULDBLOCK && errno != EINTR) || std::chrono::steady_clock::now() >= deadline)
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  file_.reset();
-}
+TimingWish::TimingWish(const std::filesystem::path& wish_file, std::chrono::milliseconds patience)
+    : file_(wish_file), turn_(wish_file, patience, DeviceTurn::Hold::shared) {}
 
 TimingWish::~TimingWish() {
-  if (held_)
-    ::futimens(file_.get(), nullptr); // now: the GPU's idle time starts here
+  if (turn_.held()) // now, before the turn goes: the GPU's idle time starts here
+    ::utimensat(AT_FDCWD, file_.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
 }
 
 bool TimingWish::idle_for(const std::filesystem::path& wish_file, std::chrono::milliseconds idle) {

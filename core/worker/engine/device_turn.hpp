@@ -1,5 +1,5 @@
-// Turns that keval's workers on a machine take on a device, each an exclusive flock on a file of
-// this user's, released when the holder gives it up or dies. Only keval's trusted processes take
+// Turns that keval's workers on a machine take on a device, each a flock on a file of this
+// user's, released when the holder gives it up or dies. Only keval's trusted processes take
 // them, never one that runs user code, which could keep one. A turn that does not come within
 // its patience is gone without: the order is worth less than what waits for it.
 //
@@ -81,7 +81,7 @@ public:
 
 private:
   // Takes the turn, trying every `interval` until `deadline`, or until `interrupt_fd` (-1: none)
-  // is readable.
+  // is readable (looked at before each try: a job already there goes first).
   void wait(const std::filesystem::path& lock_file, std::chrono::steady_clock::time_point deadline,
             int interrupt_fd, std::chrono::milliseconds interval, Hold hold);
 
@@ -97,10 +97,9 @@ private:
 // set as it lets go. A warm-up starts a runner only on a GPU that no job has held for a while
 // (idle_for): a runner warming up when a job is granted the GPU then ends while that job binds
 // and validates, most likely before it needs the turn, and none starts between the jobs of a
-// busy GPU. Measured (H100, H200), warm-ups that started whenever no job held the turn (a
-// job's wish, or only its timed samples) cost the jobs that then waited for them more than the
-// warm-ups saved: a runner's warm-up takes 0.3 to 0.6 s beside other work. Several jobs may wish
-// at once (a GPU shared by jobs_per_gpu).
+// busy GPU: a runner's warm-up takes 0.3 to 0.6 s beside other work, and warm-ups that started
+// whenever no job was timed made the next job wait for them (quiet_wait 159 ms a job on an H100).
+// Several jobs may wish at once (a GPU shared by jobs_per_gpu): the wish is a shared DeviceTurn.
 class TimingWish {
 public:
   // Holds the wish, trying for `patience` (a warm-up's look takes the file exclusively for a
@@ -109,7 +108,7 @@ public:
   ~TimingWish(); // marks the file's modification time, then lets go
   TimingWish(const TimingWish&) = delete;
   TimingWish& operator=(const TimingWish&) = delete;
-  bool held() const { return held_; }
+  bool held() const { return turn_.held(); }
   // True when no process holds a wish on `wish_file` now and none let one go within `idle` (or
   // the file cannot be used: then no job can hold one either).
   static bool idle_for(const std::filesystem::path& wish_file, std::chrono::milliseconds idle);
@@ -119,8 +118,8 @@ public:
   static constexpr std::chrono::milliseconds kIdleBeforeWarmUp{250};
 
 private:
-  UniqueFd file_;
-  bool held_ = false;
+  std::filesystem::path file_;
+  DeviceTurn turn_; // shared; let go after the destructor has marked the time
 };
 
 } // namespace keval::worker

@@ -105,12 +105,6 @@ json::object warm_up_before_job(const std::vector<std::pair<std::string, RunnerC
         turn.reset(); // the jobs' at once
         continue;
       }
-      // A job that came while the turn was taken free (a worker that said hello to a job waiting
-      // for it, on a GPU idle meanwhile) goes first: it would wait for the whole runner's warm-up.
-      if (job_came(job_fd, 0)) {
-        report["not_run"] = "the job came before the " + side + " runner's warm-up";
-        return finish();
-      }
       // On the host's clock, as the job's timeline (job_sent_unix_ms): each runner's hold on the
       // turn can be lined up against the jobs timed on the GPU.
       json::object one;
