@@ -195,8 +195,8 @@ def run_keval(args, jobs, label="keval"):
             f"{s['stage']} {s['mean_ms']:.0f}" for s in stages if s.get("mean_ms") is not None))
         for name, spans in sorted(held_ms.items()):
             parts = {k: statistics.mean(sp.get(k, 0) for _, _, sp in spans)
-                     for k in ("inputs", "runs", "runs_pausing", "runs_calls", "outputs",
-                               "checks")}
+                     for k in ("setup", "warm_up", "inputs", "runs", "runs_pausing",
+                               "runs_calls", "outputs", "checks", "after")}
             print(f"   {name:28s} validation {statistics.mean(v for v, _, _ in spans):6.0f} ms"
                   f"  profiling {statistics.mean(p for _, p, _ in spans):6.0f} ms  (" +
                   " ".join(f"{k} {v:.0f}" for k, v in parts.items()) + f"; n={len(spans)})")

@@ -1297,6 +1297,7 @@ private:
     int64_t unchanged_outputs = 0, changed_inputs = 0;
     bool stopped_by_noise = false;
     ClockWatch clock;
+    const auto setting_up = Clock::now();
     try {
       current = std::make_unique<InputSet>(make_inputs(kWarmupTrials));
       for (auto& side : sides_) {
@@ -1305,9 +1306,12 @@ private:
         timed.push_back(std::move(t));
       }
       same_method(timed);
+      spent_.setup = ms_since(setting_up);
       uint64_t warmup_trial = kWarmupTrials + 1;
+      const auto warming = Clock::now();
       for (auto& t : timed)
         t.warmup = warm_up(t, warmup_trial);
+      spent_.warm_up = ms_since(warming);
       Timed* ref_timed = nullptr;
       Timed* custom_timed = nullptr;
       for (auto& t : timed)
@@ -1400,20 +1404,24 @@ private:
       noise[t.side->name] = t.noise.percent();
     report.sampling["noise_percent"] = std::move(noise);
     clock.report(report.sampling);
+    const auto reporting = Clock::now();
+    report_device_work(timed, report);
+    collect_hardware_times(timed, report);
+    collect_device_metrics(timed, report);
     // Where the phase's wall time went, beside the samples themselves: what a job costs the GPU
     // beyond the kernels' own time (issue 17's breakdown).
-    report.sampling["time_ms"] = json::object{
-        {"inputs", spent_.inputs},    {"runs", spent_.runs},       {"runs_pausing", spent_.pausing},
-        {"runs_calls", spent_.calls}, {"outputs", spent_.outputs}, {"checks", spent_.checks}};
+    report.sampling["time_ms"] =
+        json::object{{"setup", spent_.setup},          {"warm_up", spent_.warm_up},
+                     {"inputs", spent_.inputs},        {"runs", spent_.runs},
+                     {"runs_pausing", spent_.pausing}, {"runs_calls", spent_.calls},
+                     {"outputs", spent_.outputs},      {"checks", spent_.checks},
+                     {"after", ms_since(reporting)}};
     if (!spent_.in_runner.empty()) {
       json::object split;
       for (const auto& [part, ms] : spent_.in_runner)
         split[part] = ms;
       report.sampling["time_ms"].as_object()["runs_calls_in_runner"] = std::move(split);
     }
-    report_device_work(timed, report);
-    collect_hardware_times(timed, report);
-    collect_device_metrics(timed, report);
     report.ok = true;
     report.method = timed.front().method;
     report.device = engine_->describe();
@@ -2026,8 +2034,10 @@ private:
     double previous_median = -1;
     int64_t runs = 0;
     while (runs < 100 && ms_since(start) < 2000) {
+      const auto making = Clock::now();
       const InputSet inputs = make_inputs(trial++);
       refresh(t, inputs);
+      spent_.inputs += ms_since(making);
       recent.push_back(sample(t, kUnchecked).ms);
       ++runs;
       if (recent.size() >= 5) {
@@ -2099,8 +2109,11 @@ private:
   Clock::time_point started_ = Clock::now();
   double device_wait_ms_ = 0; // waiting for the grant, which the job's timeout does not count
   json::object timeline_;     // step -> ms since started_ (step())
-  // The profiling phase's wall time outside the sample runs' own (sampling.time_ms).
+  // The profiling phase's wall time outside the sample runs' own (sampling.time_ms). The parts
+  // from `inputs` on count the warm-up's runs and the timed samples alike.
   struct {
+    double setup = 0;   // the first inputs, each side's arguments and timer
+    double warm_up = 0; // the warm-up runs (SideTiming::warmup_runs), their inputs included
     double inputs = 0;  // making each sample's fresh inputs and writing them into the bindings
     double runs = 0;    // poisoning outputs and the runners' sample calls, round trip
     double pausing = 0; // of runs (or of inputs, where a held stop ends to ask the reference

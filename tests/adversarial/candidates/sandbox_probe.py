@@ -58,6 +58,46 @@ def status_field(name):
     return None
 
 
+def same_scheduling(pid):
+    # Sets what is already there: harmless were it allowed, and the kernel checks permission
+    # before it compares values.
+    os.setpriority(os.PRIO_PROCESS, pid, os.getpriority(os.PRIO_PROCESS, pid))
+
+
+def same_affinity(pid):
+    os.sched_setaffinity(pid, os.sched_getaffinity(pid))
+
+
+def same_policy(pid):
+    os.sched_setscheduler(pid, os.sched_getscheduler(pid), os.sched_param(0))
+
+
+def same_limit(pid):
+    import resource
+    resource.prlimit(pid, resource.RLIMIT_CORE, resource.prlimit(pid, resource.RLIMIT_CORE))
+
+
+def peer():
+    """Another process of this uid: the other side's runner where runners share one."""
+    me, uid = os.getpid(), os.getuid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:") and int(line.split()[1]) == uid:
+                        return int(name)
+        except (OSError, ValueError):
+            pass
+    return None
+
+
+def on_peer(action):
+    pid = peer()
+    return "no other process of this uid" if pid is None else attempt(lambda: action(pid))
+
+
 trusted = os.getppid()
 report = {
     "read_state_secret": attempt(lambda: open(SECRET_FILE).read()),
@@ -70,6 +110,20 @@ report = {
     "ptrace_trusted": attempt(lambda: ptrace_attach(trusted)),
     "open_trusted_mem": attempt(lambda: open(f"/proc/{trusted}/mem", "rb").read(1)),
     "signal_trusted": attempt(lambda: os.kill(trusted, 0)),
+    # Another process's scheduling (the reference's, the trusted worker's: the same uid where
+    # keval is not root): its priority, CPUs, policy, limits. Its own stay its own to set.
+    "renice_trusted": attempt(lambda: same_scheduling(trusted)),
+    "affinity_trusted": attempt(lambda: same_affinity(trusted)),
+    "policy_trusted": attempt(lambda: same_policy(trusted)),
+    "limit_trusted": attempt(lambda: same_limit(trusted)),
+    "renice_peer": on_peer(same_scheduling),
+    "affinity_peer": on_peer(same_affinity),
+    "policy_peer": on_peer(same_policy),
+    "limit_peer": on_peer(same_limit),
+    "renice_own": attempt(lambda: same_scheduling(0)),
+    "affinity_own": attempt(lambda: same_affinity(0)),
+    "policy_own": attempt(lambda: same_policy(0)),
+    "limit_own": attempt(lambda: same_limit(0)),
     "write_own_dir": attempt(lambda: write(os.path.join(os.getcwd(), "scratch.txt"))),
     "write_tmpdir": attempt(lambda: write(os.path.join(os.environ.get("TMPDIR", "/nonexistent"), "t"))),
     # The build cache other jobs load from: a library, header or precompiled header planted

@@ -222,6 +222,50 @@ TEST_F(Sandbox, TheTrustedWorkerIsOutOfReach) {
   EXPECT_TRUE(denied(attempt("signal_trusted"))) << attempt("signal_trusted");
 }
 
+// Where runners share the trusted worker's uid (keval not root), the kernel alone would let a
+// candidate renice the reference or the trusted worker, pin them to one busy CPU, make them
+// SCHED_IDLE or cut their limits: slower references under a batch's load, a higher speedup.
+TEST_F(Sandbox, NoOtherProcessesSchedulingCanBeChanged) {
+  std::string why;
+  if (!active("seccomp", &why))
+    GTEST_SKIP() << "seccomp not applied here: " << why;
+  for (const char* name : {"renice_trusted", "affinity_trusted", "policy_trusted", "limit_trusted"})
+    EXPECT_EQ(attempt(name), "denied: EPERM") << name;
+  // Honest code sets its own.
+  for (const char* name : {"renice_own", "affinity_own", "policy_own", "limit_own"})
+    EXPECT_EQ(attempt(name), "allowed") << name;
+}
+
+// The same where the kernel's own uid check cannot help: root with --runner-uids shared, the
+// reference's runner a process of the candidate's uid.
+TEST_F(Sandbox, NoOtherProcessesSchedulingCanBeChangedWhereRunnersShareAUid) {
+  std::string why;
+  if (!active("seccomp", &why))
+    GTEST_SKIP() << "seccomp not applied here: " << why;
+  if (!active("user", &why))
+    GTEST_SKIP() << "user layer not applied here (keval is not root): runners share the worker's "
+                    "uid already, which NoOtherProcessesSchedulingCanBeChanged covers: "
+                 << why;
+  TempDir tmp;
+  const fs::path state = tmp.path() / "state";
+  fs::create_directories(state);
+  const auto run = run_cli(
+      relu_compare(source("sandbox_probe.py", {{"STATE_DIR", state.string()},
+                                               {"SECRET_FILE", (state / "secret.txt").string()},
+                                               {"OPEN_DIR", tmp.path().string()},
+                                               {"TCP_PORT", "9"}}),
+                   unique_id("sandbox-probe-shared")),
+      state, {"--runner-uids", "shared"});
+  const auto lines = marker_lines(json::value(run.body), "KEVAL_PROBE ");
+  ASSERT_FALSE(lines.empty()) << describe(run);
+  const json::value probed = parse_lenient(lines.front());
+  ASSERT_TRUE(probed.is_object()) << lines.front();
+  for (const char* name : {"renice_peer", "affinity_peer", "policy_peer", "limit_peer"})
+    EXPECT_EQ(probed.at(name), "denied: EPERM") << name << ": " << lines.front();
+  EXPECT_EQ(run.exit_code, 0) << describe(run);
+  EXPECT_TRUE(correctness(run.body)) << describe(run);
+}
+
 TEST_F(Sandbox, NoPrivilegesRemain) {
   EXPECT_EQ(probe().probe.at("no_new_privs").as_string(), "1");
   EXPECT_EQ(probe().probe.at("cap_eff").as_string(), "0000000000000000");

@@ -70,6 +70,20 @@ TEST_F(TorchCompare, KernelBenchModelAgainstModelNewIsCorrectWithRuntimeStats) {
   EXPECT_TRUE(r.body.at("ref_runtime").is_object());
   EXPECT_GT(r.body.at("speedup").to_number<double>(), 0.0);
   EXPECT_EQ(text(custom_info(r).at("class_name")), "ModelNew");
+  // Where profiling's wall time went (issue 17's breakdown): every part, the warm-up's with the
+  // runs it made (warmup_runs, at least 3 a side) and within the parts it is counted in.
+  const auto& profiling = exec(r).at("metadata").at("profiling").as_object();
+  const auto& spent = profiling.at("sampling").at("time_ms").as_object();
+  for (const char* part :
+       {"setup", "warm_up", "inputs", "runs", "runs_calls", "outputs", "checks", "after"})
+    EXPECT_GE(spent.at(part).to_number<double>(), 0.0) << part << ": " << json::serialize(spent);
+  EXPECT_GT(spent.at("setup").to_number<double>(), 0.0) << json::serialize(spent);
+  EXPECT_GT(spent.at("warm_up").to_number<double>(), 0.0) << json::serialize(spent);
+  EXPECT_LT(spent.at("warm_up").to_number<double>(),
+            spent.at("inputs").to_number<double>() + spent.at("runs").to_number<double>() +
+                spent.at("outputs").to_number<double>() + 1.0)
+      << json::serialize(spent);
+  EXPECT_GE(r.body.at("ref_runtime").at("warmup_runs").to_number<int64_t>(), 3);
 }
 
 TEST_F(TorchCompare, WrongModelNewFailsWithItsMismatchCount) {

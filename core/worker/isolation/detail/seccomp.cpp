@@ -13,6 +13,7 @@
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -132,11 +133,55 @@ sock_filter load_arg(int i) {
               static_cast<uint32_t>(offsetof(seccomp_data, args) + i * sizeof(uint64_t)));
 }
 
+// Calls that set another process's scheduling: its priority, policy, CPUs, resource limits. The
+// kernel lets a process of the same uid make them, and runners share one where keval is not root
+// (or its runner uids fall back to the job uid): a candidate could otherwise renice the reference
+// to 19, make it SCHED_IDLE or pin it to one busy CPU for the whole job (its time grows under the
+// load of a batch), or cut the trusted worker's CPU limit. Each is allowed on the caller's own
+// process (0 or its pid), the pid in argument `pid_arg` (setpriority and ioprio_set: their `who`
+// with `which` PRIO_PROCESS / IOPRIO_WHO_PROCESS); anything else fails with EPERM. A thread named
+// by its own tid is refused too: honest code names itself by 0.
+struct SchedulingCall {
+  long nr;
+  int pid_arg;
+  int which_arg;      // -1: none
+  uint32_t which_own; // the `which` that names one process
+};
+constexpr int kIoprioWhoProcess = 1; // linux/ioprio.h, which not every libc ships
+constexpr SchedulingCall kSchedulingCalls[] = {
+    {SYS_setpriority, 1, 0, PRIO_PROCESS},
+    {SYS_sched_setscheduler, 0, -1, 0},
+    {SYS_sched_setparam, 0, -1, 0},
+#ifdef SYS_sched_setattr
+    {SYS_sched_setattr, 0, -1, 0},
+#endif
+    {SYS_sched_setaffinity, 0, -1, 0},
+    {SYS_prlimit64, 0, -1, 0},
+    {SYS_ioprio_set, 1, 0, kIoprioWhoProcess},
+};
+
 std::vector<sock_filter> build_program() {
   std::vector<sock_filter> p = program_prologue();
   for (long nr : kDenied) {
     p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1));
     p.push_back(stmt(BPF_RET | BPF_K, errno_ret(EPERM)));
+  }
+  // The block of one call: [which == own] and pid in {0, own pid}, else EPERM. A forked child
+  // inherits the filter with its parent's pid: it may name its parent (the same side) or itself.
+  const auto own_pid = static_cast<uint32_t>(::getpid());
+  for (const SchedulingCall& call : kSchedulingCalls) {
+    const bool has_which = call.which_arg >= 0;
+    p.push_back(
+        jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(call.nr), 0, has_which ? 7 : 5));
+    if (has_which) {
+      p.push_back(load_arg(call.which_arg));
+      p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, call.which_own, 0, 3)); // else denied
+    }
+    p.push_back(load_arg(call.pid_arg));
+    p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, 0, 2, 0));       // itself: allowed
+    p.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, own_pid, 1, 0)); // its pid: allowed
+    p.push_back(stmt(BPF_RET | BPF_K, errno_ret(EPERM)));
+    p.push_back(stmt(BPF_RET | BPF_K, kAllow));
   }
   // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc fall back to
   // clone, whose flags it can.
@@ -251,8 +296,9 @@ SeccompLayer install_seccomp_filter() {
   if (!out.active)
     return out;
   out.detail = "denies ptrace, process_vm_readv/writev, kexec, modules, bpf, perf_event_open, "
-               "mount and namespace calls, io_uring, keyctl, clock and reboot calls (EPERM); "
-               "socket families other than AF_UNIX (EAFNOSUPPORT)";
+               "mount and namespace calls, io_uring, keyctl, clock and reboot calls, and setting "
+               "another process's priority, scheduling, CPUs or resource limits (EPERM); socket "
+               "families other than AF_UNIX (EAFNOSUPPORT)";
   return out;
 #endif
 }
