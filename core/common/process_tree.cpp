@@ -147,6 +147,18 @@ std::vector<pid_t> children_of(pid_t pid) {
   return children_in("/proc/" + std::to_string(pid), pid);
 }
 
+void add_process_tree(pid_t root, std::set<pid_t>& out) {
+  std::vector<pid_t> pending{root};
+  while (!pending.empty()) {
+    const pid_t pid = pending.back();
+    pending.pop_back();
+    if (!out.insert(pid).second)
+      continue;
+    for (const pid_t child : children_of(pid))
+      pending.push_back(child);
+  }
+}
+
 std::vector<pid_t> threads_of(pid_t pid) {
   return numeric_entries(("/proc/" + std::to_string(pid) + "/task").c_str());
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include <sys/types.h>
@@ -28,6 +29,10 @@ std::vector<pid_t> children_of_self();
 // The same for any process `pid` (its /proc/<pid>/task/*/children, else every process's parent
 // field); empty once it has ended.
 std::vector<pid_t> children_of(pid_t pid);
+
+// Adds every process of the tree rooted at `root` (by /proc's children files), root included,
+// that still exists, to `out`. A process already in `out` is not walked again.
+void add_process_tree(pid_t root, std::set<pid_t>& out);
 
 // The threads of `pid` (/proc/<pid>/task); empty once it has ended.
 std::vector<pid_t> threads_of(pid_t pid);

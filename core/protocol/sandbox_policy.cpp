@@ -70,6 +70,7 @@ json::object to_json(const SandboxPolicy& p) {
   o["cgroup_parent"] = p.cgroup_parent;
   o["cgroup"] = p.cgroup;
   o["cgroup_skipped"] = p.cgroup_skipped;
+  o["background_nice"] = p.background_nice;
   return o;
 }
 
@@ -147,6 +148,12 @@ SandboxPolicy parse_sandbox_policy(const json::object& o) {
   p.cgroup_parent = text_at(o, "cgroup_parent");
   p.cgroup = text_at(o, "cgroup");
   p.cgroup_skipped = text_at(o, "cgroup_skipped");
+  if (o.contains("background_nice")) {
+    const uint64_t nice = unsigned_at(o, "background_nice");
+    if (nice > 19)
+      throw std::invalid_argument("sandbox policy: 'background_nice' must be 0 to 19");
+    p.background_nice = static_cast<int32_t>(nice);
+  }
   return p;
 }
 

@@ -74,6 +74,9 @@ struct SandboxPolicy {
   std::string cgroup_parent;
   std::string cgroup_skipped;
   std::string cgroup; // filled by the trusted worker: the runner's own cgroup, which it joins
+  // Filled by the trusted worker: the nice value the runner sets on itself before anything else
+  // (worker/isolation/cpu_priority.hpp); 0: none.
+  int32_t background_nice = 0;
 };
 
 // True when runners will run as the job uid (keval is root and the sandbox is on).

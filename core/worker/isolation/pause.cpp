@@ -19,19 +19,6 @@ namespace {
 
 constexpr int kMaxRounds = 64; // a tree that keeps growing while it is stopped is bounded
 
-// Every process of the trees rooted at `roots`, roots included, that still exists.
-void collect_trees(const std::vector<pid_t>& roots, std::set<pid_t>& out) {
-  std::vector<pid_t> pending = roots;
-  while (!pending.empty()) {
-    const pid_t pid = pending.back();
-    pending.pop_back();
-    if (!out.insert(pid).second)
-      continue;
-    for (const pid_t child : children_of(pid))
-      pending.push_back(child);
-  }
-}
-
 // Stopped, or beyond running: a zombie, dead, or gone.
 bool thread_is_still(pid_t pid, pid_t tid) {
   const std::optional<char> state = thread_state(pid, tid);
@@ -85,11 +72,12 @@ PausedProcesses PausedProcesses::pause(const std::vector<pid_t>& roots,
   // so the rounds end once the trees stop growing.
   for (int round = 0; round < kMaxRounds; ++round) {
     std::set<pid_t> found;
-    collect_trees(roots, found);
+    for (const pid_t root : roots)
+      add_process_tree(root, found);
     // A child met in an earlier round was judged then: its tree is walked, not its uid reread.
     for (const pid_t child : children_of_self())
       if (signalled.count(child) != 0 || (pause_orphan && pause_orphan(child)))
-        collect_trees({child}, found);
+        add_process_tree(child, found);
     bool new_ones = false;
     for (const pid_t pid : found) {
       if (signalled.count(pid) != 0)

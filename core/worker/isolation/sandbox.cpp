@@ -3,6 +3,7 @@
 #include "common/control_file.hpp"
 #include "common/remove_tree.hpp"
 #include "worker/engine/work_queues.hpp"
+#include "worker/isolation/cpu_priority.hpp"
 
 #include "worker/isolation/detail/landlock.hpp"
 #include "worker/isolation/detail/seccomp.hpp"
@@ -318,6 +319,7 @@ SandboxPolicy place_runner(const SandboxPolicy& policy) {
     throw std::system_error(errno, std::generic_category(), "mkdir " + dir.string());
   ::mkdir((dir / "tmp").c_str(), 0700);
   runner.runner_dir = dir.string();
+  runner.background_nice = background_nice_for_runners();
   remove_on_termination(dir);
   if (protocol::switches_user(policy)) {
     for (const auto& path : {dir, dir / "tmp"})

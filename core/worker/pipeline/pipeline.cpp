@@ -15,6 +15,7 @@
 #include "worker/engine/detail/tensor_bytes.hpp"
 #include "worker/engine/device_turn.hpp"
 #include "worker/engine/engine.hpp"
+#include "worker/isolation/cpu_priority.hpp"
 #include "worker/isolation/isolation.hpp"
 #include "worker/isolation/pause.hpp"
 #include "worker/isolation/sandbox.hpp"
@@ -289,6 +290,7 @@ private:
     if (!acquire_device())
       return;
     step("granted");
+    bring_runners_forward();
     // The runners open their contexts and bind while this process opens its own: side by side.
     const std::vector<int64_t> binding = send_binds();
     engine_ = open_engine();
@@ -372,6 +374,30 @@ private:
       return; // the host is gone: nothing to hand over to
     }
     step("handed_over");
+  }
+
+  // The job holds its device from now on: its runners leave the background that queued jobs'
+  // runners compile in (worker/isolation/cpu_priority.hpp). What was done is reported with the
+  // timing (sampling.cpu_priority).
+  void bring_runners_forward() {
+    std::vector<pid_t> roots;
+    int nice = 0;
+    for (const auto& side : sides_)
+      if (side->runner) {
+        roots.push_back(side->runner->pid());
+        nice = std::max(nice, side->runner->place().background_nice);
+      }
+    if (nice == 0) {
+      cpu_priority_ = isolation::background_unavailable();
+      return;
+    }
+    const std::string failed = isolation::set_tree_nice(roots, 0);
+    cpu_priority_ = failed.empty() ? "the runners waited at nice " + std::to_string(nice) +
+                                         " until the job was granted its device; at 0 since"
+                                   : "the runners could not all be brought back from nice " +
+                                         std::to_string(nice) + ": " + failed;
+    if (!failed.empty())
+      spdlog::warn("job {}: {}", job_.job_id, cpu_priority_);
   }
 
   // A grant made while the GPU's last job was still ending (quiet false) is followed by the
@@ -1404,6 +1430,7 @@ private:
       noise[t.side->name] = t.noise.percent();
     report.sampling["noise_percent"] = std::move(noise);
     clock.report(report.sampling);
+    report.sampling["cpu_priority"] = cpu_priority_;
     const auto reporting = Clock::now();
     report_device_work(timed, report);
     collect_hardware_times(timed, report);
@@ -2134,6 +2161,7 @@ private:
   EngineOpener opener_;
 #endif
   TrialEvidence evidence_;
+  std::string cpu_priority_; // bring_runners_forward's account
   bool custom_layout_known_ = false;
   // What the candidate's outputs may take (output_budget), from the reference's in validation.
   uint64_t custom_output_budget_ = kWithoutReference;

@@ -51,5 +51,29 @@ TEST_F(HonestControl, InputsThatChangeShapeBetweenTrialsAreEachValidatedAndTimin
       << describe(run);
 }
 
+// Runners wait in the background (nice 10) while their job has no device, and come forward at
+// its grant: the job being timed is not slowed by the compiles of those queued behind it.
+TEST_F(HonestControl, RunnersWaitInTheBackgroundUntilTheirJobHoldsItsDevice) {
+  TempDir tmp;
+  const auto run = run_cli(relu_compare(source("reports_its_nice.py"), unique_id("honest-nice")),
+                           tmp.path() / "state");
+  ASSERT_EQ(run.exit_code, 0) << describe(run);
+  EXPECT_TRUE(correctness(run.body)) << describe(run);
+  const auto at_import = marker_lines(json::value(run.body), "KEVAL_NICE import ");
+  const auto at_forward = marker_lines(json::value(run.body), "KEVAL_NICE forward ");
+  ASSERT_FALSE(at_import.empty()) << describe(run);
+  ASSERT_FALSE(at_forward.empty()) << describe(run);
+  const json::value& said =
+      exec_result(run.body).at("metadata").at("profiling").at("sampling").at("cpu_priority");
+  ASSERT_TRUE(said.is_string()) << describe(run);
+  const std::string account(said.as_string());
+  EXPECT_EQ(at_forward.front(), "0") << account;
+  if (account.find("waited at nice 10") == std::string::npos) {
+    EXPECT_EQ(at_import.front(), "0") << account;
+    GTEST_SKIP() << "runners are not sent to the background here: " << account;
+  }
+  EXPECT_EQ(at_import.front(), "10") << account;
+}
+
 } // namespace
 } // namespace keval::test::adversarial

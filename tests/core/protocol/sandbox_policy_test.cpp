@@ -26,6 +26,7 @@ SandboxPolicy sample() {
   p.runner_dir = "/state/work/runner-1-0";
   p.cgroup = "/sys/fs/cgroup/keval/runner-1-0";
   p.uid_of_pid = 4242;
+  p.background_nice = 10;
   return p;
 }
 
@@ -47,6 +48,7 @@ TEST(SandboxPolicy, RoundTripsThroughItsJson) {
   EXPECT_EQ(back.cgroup_parent, "/sys/fs/cgroup/keval");
   EXPECT_EQ(back.runner_dir, "/state/work/runner-1-0");
   EXPECT_EQ(back.cgroup, "/sys/fs/cgroup/keval/runner-1-0");
+  EXPECT_EQ(back.background_nice, 10);
 }
 
 TEST(SandboxPolicy, MalformedPoliciesAreRefusedByField) {
@@ -77,6 +79,13 @@ TEST(SandboxPolicy, MalformedPoliciesAreRefusedByField) {
   o = to_json(sample());
   o.erase("shared_readonly"); // a policy written before the field: none read-only
   EXPECT_TRUE(parse_sandbox_policy(o).shared_readonly.empty());
+  o = to_json(sample());
+  o["background_nice"] = 20; // beyond any nice value
+  EXPECT_THROW(parse_sandbox_policy(o), std::invalid_argument);
+  o["background_nice"] = -5; // a runner may not ask to be raised
+  EXPECT_THROW(parse_sandbox_policy(o), std::invalid_argument);
+  o.erase("background_nice"); // a policy written before the field: no background
+  EXPECT_EQ(parse_sandbox_policy(o).background_nice, 0);
   EXPECT_THROW(parse_sandbox_policy(std::string_view("[1, 2]")), std::invalid_argument);
   EXPECT_THROW(parse_sandbox_policy(std::string_view("{not json")), std::invalid_argument);
 }
