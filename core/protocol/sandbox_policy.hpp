@@ -74,8 +74,8 @@ struct SandboxPolicy {
   std::string cgroup_parent;
   std::string cgroup_skipped;
   std::string cgroup; // filled by the trusted worker: the runner's own cgroup, which it joins
-  // Filled by the trusted worker: the nice value the runner sets on itself before anything else
-  // (worker/isolation/cpu_priority.hpp); 0: none.
+  // Filled by the trusted worker: the nice value it keeps the runner at while the runner's job
+  // has no device (worker/isolation/cpu_priority.hpp); 0: none.
   int32_t background_nice = 0;
 };
 

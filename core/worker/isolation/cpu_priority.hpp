@@ -2,10 +2,11 @@
 // the one being timed, whose samples are round trips between the trusted worker and its runners:
 // under a batch's compiles those round trips took up to five times as long (issue 17: a job's
 // profiling 231 to 1164 ms for the same problem in one batch), and they hold the GPU meanwhile.
-// So runners wait in the background: each starts at nice kBackgroundNice (set on itself before
-// anything else runs in it, so every thread it starts inherits it), and a job's trusted worker
-// brings its own runners' threads back to nice 0 once the job is granted its device. Queued
-// jobs keep compiling beside it, at a tenth of its weight.
+// So runners wait in the background: once a runner's prewarm is done (its hello: the pool's
+// refills are not slowed), the trusted worker sets every thread of it to nice kBackgroundNice
+// (threads it starts later inherit that), and brings them back to nice 0 once the job is granted
+// its device, or for as long as a prestarted runner warms the GPU up. Queued jobs keep compiling
+// beside the timed one at a tenth of its weight.
 //
 // Lowering a nice value needs CAP_SYS_NICE (the runners may be of other uids, too): a worker
 // without it leaves its runners at nice 0, as before, and says why (background_unavailable).

@@ -111,7 +111,11 @@ json::object warm_up_before_job(const std::vector<std::pair<std::string, RunnerC
       one["from_unix_ms"] = unix_ms();
       json::object ask;
       ask["type"] = runner_msg::kWarmDevice;
+      // The GPU's next job may be waiting for the turn: the warm-up runs in the foreground
+      // (worker/isolation/cpu_priority.hpp), and the runner goes back to wait for its job.
+      runner->set_background(false);
       const json::object reply = runner->call(std::move(ask), "warming its device up");
+      runner->set_background(true);
       one["to_unix_ms"] = unix_ms();
       if (!RunnerClient::ok(reply))
         errors.emplace_back(side + ": " + RunnerClient::error_of(reply).message);

@@ -22,10 +22,8 @@
 #endif
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -34,7 +32,6 @@
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
-#include <sys/resource.h>
 #include <unistd.h>
 
 namespace keval::worker {
@@ -759,11 +756,6 @@ private:
 int run_runner(int channel_fd, const std::vector<std::string>& prewarm,
                const protocol::SandboxPolicy& sandbox) {
   try {
-    // First, while this process has one thread: every thread it starts inherits the value, until
-    // the trusted worker brings them back (worker/isolation/cpu_priority.hpp).
-    if (sandbox.background_nice > 0 && ::setpriority(PRIO_PROCESS, 0, sandbox.background_nice) != 0)
-      spdlog::warn("keval runner: nice {} not set: {}", sandbox.background_nice,
-                   std::strerror(errno));
     // First, while this process has one thread: nothing of a plugin has run yet.
     json::object hello;
     int channel = channel_fd;

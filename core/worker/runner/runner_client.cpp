@@ -1,5 +1,7 @@
 #include "worker/runner/runner_client.hpp"
 
+#include "common/log.hpp"
+#include "worker/isolation/cpu_priority.hpp"
 #include "worker/isolation/isolation.hpp"
 #include "worker/isolation/sandbox.hpp"
 #include "worker/runner/runner_protocol.hpp"
@@ -140,6 +142,7 @@ json::object RunnerClient::await_hello() {
     json::object hello = receive("starting");
     if (hello.at("type") != runner_msg::kHello)
       fail("starting", "sent something other than its hello");
+    set_background(true);
     return hello;
   } catch (const RunnerFailure&) {
     throw;
@@ -150,6 +153,17 @@ json::object RunnerClient::await_hello() {
   } catch (const std::exception& e) {
     fail("starting", std::string("sent a broken hello: ") + e.what());
   }
+}
+
+void RunnerClient::set_background(bool background) {
+  if (place_.background_nice == 0)
+    return;
+  const std::string failed =
+      isolation::set_tree_nice({pid_}, background ? place_.background_nice : 0);
+  if (!failed.empty())
+    spdlog::warn("runner {} ({}): nice {} not set everywhere: {}", pid_,
+                 side_.empty() ? "no side yet" : side_, background ? place_.background_nice : 0,
+                 failed);
 }
 
 json::object RunnerClient::call(json::object command, const std::string& doing,

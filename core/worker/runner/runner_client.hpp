@@ -51,8 +51,12 @@ public:
   pid_t pid() const { return pid_; }
 
   // The runner's hello (sent before any user code loads, so it can be believed). Throws
-  // RunnerFailure.
+  // RunnerFailure. Once it has come (the runner's prewarm done), the runner waits in the
+  // background where its place says so (worker/isolation/cpu_priority.hpp).
   boost::json::object await_hello();
+  // Every thread of the runner's tree to its place's background nice value (true) or to 0
+  // (false); nothing where the place has none. A failure is logged: priority decides no verdict.
+  void set_background(bool background);
 
   // Sends `command` (its "type" set) with `fds` and returns the reply's object. A reply with
   // ok=false is returned too; the caller reads its error with error_of(). Throws RunnerFailure.
