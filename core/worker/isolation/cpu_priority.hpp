@@ -27,8 +27,8 @@ inline constexpr int kBackgroundNice = 10;
 // (no CAP_SYS_NICE, or KEVAL_BACKGROUND_RUNNERS=0). Read once.
 const std::string& background_unavailable();
 
-// The nice value a runner placed now starts at: kBackgroundNice, or 0 where
-// background_unavailable() says why not.
+// The nice value a runner placed now waits at once its hello has come (RunnerClient):
+// kBackgroundNice, or 0 where background_unavailable() says why not.
 int background_nice_for_runners();
 
 // Sets every thread of every process in the trees rooted at `roots` to nice `nice`. Empty when
