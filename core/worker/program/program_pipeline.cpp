@@ -7,6 +7,7 @@
 #include "supervisor/process.hpp"
 #include "worker/artifacts/artifact_cache.hpp"
 #include "worker/engine/device_counters.hpp"
+#include "worker/isolation/cpu_priority.hpp"
 #include "worker/isolation/isolation.hpp"
 #include "worker/metrics/device_metrics.hpp"
 #include "worker/program/step_process.hpp"
@@ -410,8 +411,12 @@ private:
       step.path_prepend = std::string(path->as_string());
     step.timeout_s = timeout_s;
     step.output_cap = kOutputCap;
-    const program::StepResult r =
-        program::run_step(worker_exe(), side.runner->place(), side.runner->pid(), step);
+    // Before the grant (the builds) a step waits in the background as its runner does; from the
+    // grant on it runs in the foreground (worker/isolation/cpu_priority.hpp).
+    protocol::SandboxPolicy place = side.runner->place();
+    if (device_held_)
+      place.background_nice = 0;
+    const program::StepResult r = program::run_step(worker_exe(), place, side.runner->pid(), step);
     json::object reply;
     reply["exit_code"] = r.exit_code ? json::value(*r.exit_code) : json::value(nullptr);
     reply["signal"] = r.signal ? json::value(*r.signal) : json::value(nullptr);
@@ -647,6 +652,12 @@ private:
     }
     device_ = grant.device;
     visible_devices_ = needs_gpu ? visible_device(grant.index) : "";
+    device_held_ = true;
+    const int nice = solution_.runner->place().background_nice;
+    report_["cpu_priority"] =
+        nice == 0 ? isolation::background_unavailable()
+                  : "the build steps ran at nice " + std::to_string(nice) +
+                        " while the job had no device; the steps after its grant at 0";
     return true;
   }
 
@@ -960,6 +971,7 @@ private:
   ProgramSide solution_, baseline_;
   Clock::time_point started_ = Clock::now();
   double device_wait_ms_ = 0; // waiting for the grant, which the job's timeout does not count
+  bool device_held_ = false;  // granted: steps run in the foreground
 };
 
 } // namespace

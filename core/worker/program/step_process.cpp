@@ -3,11 +3,13 @@
 #include "supervisor/process.hpp"
 #include "worker/isolation/sandbox.hpp"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 
 #include <boost/json/serialize.hpp>
+#include <sys/resource.h>
 #include <unistd.h>
 
 namespace keval::worker::program {
@@ -70,6 +72,10 @@ int exec_step(int argc, char** argv) {
   try {
     const protocol::SandboxPolicy policy =
         protocol::parse_sandbox_policy(std::string_view(argv[2]));
+    // While this process has one thread, so that the program and all it starts inherit it.
+    if (policy.background_nice > 0 && ::setpriority(PRIO_PROCESS, 0, policy.background_nice) != 0)
+      std::fprintf(stderr, "keval-worker %s: nice %d not set: %s\n", kStepOption,
+                   policy.background_nice, std::strerror(errno));
     const boost::json::object report = isolation::apply_sandbox(policy);
     if (policy.mode == protocol::SandboxMode::strict) {
       const auto missing = isolation::missing_layers(report);

@@ -264,6 +264,26 @@ TEST_F(ProgramJob, ACommandThatCannotBeSplitBuildsAsWrittenAndSaysWhy) {
               HasSubstr("compiler is g++"));
 }
 
+// A program's build waits in the background like a runner's compile (its steps at nice 10
+// while the job has no device), and its test runs in the foreground once the job is granted
+// its device: what each step's own `nice` prints.
+TEST_F(ProgramJob, BuildStepsWaitInTheBackgroundAndTheTestRunsInTheForeground) {
+  json::object problem = load_problem("host_saxpy");
+  problem["build_command"] =
+      std::string(problem["build_command"].as_string()) + " && echo KEVAL_BUILD_NICE=$(nice)";
+  problem["test_command"] = "echo KEVAL_TEST_NICE=$(nice) && ./test.out";
+  const Outcome o = evaluate(program_request(problem, "pass"));
+  ASSERT_TRUE(o.passed()) << json::serialize(o.body);
+  const std::string said(o.program().at("cpu_priority").as_string());
+  const std::string shown = json::serialize(o.program());
+  EXPECT_THAT(shown, HasSubstr("KEVAL_TEST_NICE=0")) << said;
+  if (said.find("at nice 10") == std::string::npos) {
+    EXPECT_THAT(shown, HasSubstr("KEVAL_BUILD_NICE=0")) << said;
+    GTEST_SKIP() << "steps are not sent to the background here: " << said;
+  }
+  EXPECT_THAT(shown, HasSubstr("KEVAL_BUILD_NICE=10")) << said;
+}
+
 TEST_F(ProgramJob, AProblemThisMachineCannotRunIsSkippedWithTheReason) {
   json::object problem = load_problem("host_saxpy");
   problem["compute_capability"] = "99.0";
