@@ -252,24 +252,17 @@ public:
   }
 #endif
 
-  // Whether the runners can warm up the device they opened ahead (a plugin of theirs has SDK
-  // 1.4's warm_device; their hellos say so).
-  bool warm_device_ahead() const {
-#ifdef KEVAL_HAVE_CUDA
-    if (hellos_.empty() || !opener_.started())
-      return false;
-    const auto* warms = hellos_.begin()->second.if_contains("warms_device");
-    return warms != nullptr && warms->is_bool() && warms->as_bool();
-#else
-    return false;
-#endif
-  }
-
 #ifdef KEVAL_HAVE_CUDA
   // Before the job comes: the runners warm up the device they opened ahead
   // (worker/runner/device_warm_up.hpp), until the job comes. What happened is in the job's
-  // `done` (device_warm_up).
+  // `done` (device_warm_up). Nothing where no plugin of theirs has SDK 1.4's warm_device (their
+  // hellos say so) or no device was opened ahead.
   void warm_device_before_job(int job_fd) {
+    if (hellos_.empty() || !opener_.started())
+      return;
+    const auto* warms = hellos_.begin()->second.if_contains("warms_device");
+    if (warms == nullptr || !warms->is_bool() || !warms->as_bool())
+      return;
     const keval::worker::Engine* engine = opener_.opened();
     if (engine == nullptr) {
       warm_up_ = json::object{{ "not_run", "this worker's device was not opened ahead" }};
@@ -343,8 +336,7 @@ int serve_one_job(int fd, const std::vector<std::string>& prewarm_paths,
       runners.prestart(kJobSides, prewarm_paths, hello);
     channel.send(keval::protocol::to_frame(hello));
 #ifdef KEVAL_HAVE_CUDA
-    if (runners.warm_device_ahead())
-      runners.warm_device_before_job(channel.fd());
+    runners.warm_device_before_job(channel.fd());
 #endif
 
     const keval::worker::JobSpec job = keval::worker::parse_job(channel.receive());

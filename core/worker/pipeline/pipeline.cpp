@@ -380,24 +380,22 @@ private:
   // runners compile in (worker/isolation/cpu_priority.hpp). What was done is reported with the
   // timing (sampling.cpu_priority).
   void bring_runners_forward() {
-    std::vector<pid_t> roots;
     int nice = 0;
+    std::string failed;
     for (const auto& side : sides_)
       if (side->runner) {
-        roots.push_back(side->runner->pid());
         nice = std::max(nice, side->runner->place().background_nice);
+        const std::string side_failed = side->runner->set_background(false);
+        failed += (failed.empty() || side_failed.empty() ? "" : "; ") + side_failed;
       }
-    if (nice == 0) {
+    if (nice == 0)
       cpu_priority_ = isolation::background_unavailable();
-      return;
-    }
-    const std::string failed = isolation::set_tree_nice(roots, 0);
-    cpu_priority_ = failed.empty() ? "the runners waited at nice " + std::to_string(nice) +
-                                         " until the job was granted its device; at 0 since"
-                                   : "the runners could not all be brought back from nice " +
-                                         std::to_string(nice) + ": " + failed;
-    if (!failed.empty())
-      spdlog::warn("job {}: {}", job_.job_id, cpu_priority_);
+    else if (failed.empty())
+      cpu_priority_ = "the runners waited at nice " + std::to_string(nice) +
+                      " until the job was granted its device; at 0 since";
+    else
+      cpu_priority_ = "the runners could not all be brought back from nice " +
+                      std::to_string(nice) + ": " + failed;
   }
 
   // A grant made while the GPU's last job was still ending (quiet false) is followed by the

@@ -5,7 +5,6 @@
 #include "worker/runner/runner_protocol.hpp"
 
 #include <cstdlib>
-#include <optional>
 
 #include <boost/json/array.hpp>
 #include <poll.h>
@@ -92,19 +91,16 @@ json::object warm_up_before_job(const std::vector<std::pair<std::string, RunnerC
         }
         continue;
       }
-      std::optional<DeviceTurn> turn;
-      turn.emplace(turn_file, DeviceTurn::UntilReadable(job_fd));
-      turn_wait_ms += turn->waited_ms();
-      if (!turn->held()) {
-        report["not_run"] = (turn->interrupted() ? std::string("the job came before the ")
-                                                 : turn->why_not() + ": before the ") +
+      const DeviceTurn turn(turn_file, DeviceTurn::UntilReadable(job_fd));
+      turn_wait_ms += turn.waited_ms();
+      if (!turn.held()) {
+        report["not_run"] = (turn.interrupted() ? std::string("the job came before the ")
+                                                : turn.why_not() + ": before the ") +
                             side + " runner's warm-up";
         return finish();
       }
-      if (!TimingWish::idle_for(wish_file, settings.idle)) {
-        turn.reset(); // the jobs' at once
-        continue;
-      }
+      if (!TimingWish::idle_for(wish_file, settings.idle))
+        continue; // the turn goes with this round: the jobs' at once
       // On the host's clock, as the job's timeline (job_sent_unix_ms): each runner's hold on the
       // turn can be lined up against the jobs timed on the GPU.
       json::object one;

@@ -155,15 +155,15 @@ json::object RunnerClient::await_hello() {
   }
 }
 
-void RunnerClient::set_background(bool background) {
+std::string RunnerClient::set_background(bool background) {
   if (place_.background_nice == 0)
-    return;
-  const std::string failed =
-      isolation::set_tree_nice({pid_}, background ? place_.background_nice : 0);
+    return "";
+  const int nice = background ? place_.background_nice : 0;
+  std::string failed = isolation::set_tree_nice({pid_}, nice);
   if (!failed.empty())
     spdlog::warn("runner {} ({}): nice {} not set everywhere: {}", pid_,
-                 side_.empty() ? "no side yet" : side_, background ? place_.background_nice : 0,
-                 failed);
+                 side_.empty() ? "no side yet" : side_, nice, failed);
+  return failed;
 }
 
 json::object RunnerClient::call(json::object command, const std::string& doing,

@@ -55,8 +55,9 @@ public:
   // background where its place says so (worker/isolation/cpu_priority.hpp).
   boost::json::object await_hello();
   // Every thread of the runner's tree to its place's background nice value (true) or to 0
-  // (false); nothing where the place has none. A failure is logged: priority decides no verdict.
-  void set_background(bool background);
+  // (false); nothing where the place has none. Returns what could not be set ("" when all
+  // were), which is also logged: priority decides no verdict.
+  std::string set_background(bool background);
 
   // Sends `command` (its "type" set) with `fds` and returns the reply's object. A reply with
   // ok=false is returned too; the caller reads its error with error_of(). Throws RunnerFailure.

@@ -125,9 +125,10 @@ def _loaded_cuda_runtimes():
     return _cuda_runtimes
 
 
-def warm_torch(device_type, device_id):
+def warm_torch(device_type, device_id, stream=None):
     """torch set up on the device a worker started ahead of its job opened ahead (SDK 1.4
-    warm_device), before any user code: what every job's first launches would otherwise pay
+    warm_device: the torch-based drivers' own warm_device, hence the stream, which it waits for
+    with the whole device), before any user code: what every job's first launches would otherwise pay
     while it holds the GPU. torch's own CUDA state on the context (its lazy initialisation), the
     cuBLAS handle and workspace, and the kernels a KernelBench model most often launches first
     (its inputs' and weights' random generation, linear layers and matrix products, ReLU and

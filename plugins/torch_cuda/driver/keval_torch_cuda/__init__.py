@@ -68,7 +68,5 @@ def prewarm():
     build.Builder(work_dir=None, cuda_arch=None).prepare(wait=False)
 
 
-def warm_device(device_type, device_id, stream):
-    """torch set up on the device opened ahead, before the job (SDK 1.4 warm_device):
-    keval_runtime.device.warm_torch."""
-    warm_torch(device_type, device_id)
+# SDK 1.4 warm_device: torch set up on the device opened ahead, before the job.
+warm_device = warm_torch
