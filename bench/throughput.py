@@ -231,9 +231,11 @@ STEPS = [("compile", "runners_started", "compiled"), ("device_wait", "compiled",
 
 def slowest_validation_overlaps(jobs):
     """For the job whose validation took longest: what every other job was doing meanwhile, from
-    each response's metadata.worker (job_sent_unix_ms + timeline_ms). `jobs`: (label, worker)."""
+    each response's metadata.worker (timeline_origin_unix_ms + timeline_ms; a keval before that
+    field: job_sent_unix_ms, early by the worker's read). `jobs`: (label, worker)."""
     def spans(worker):
-        origin, timeline = worker.get("job_sent_unix_ms"), worker.get("timeline_ms", {})
+        origin = worker.get("timeline_origin_unix_ms") or worker.get("job_sent_unix_ms")
+        timeline = worker.get("timeline_ms", {})
         if not origin:
             return []
         return [(name, origin + timeline[b], origin + timeline[e]) for name, b, e in STEPS

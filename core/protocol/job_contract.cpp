@@ -398,6 +398,13 @@ WorkerMessage parse_worker_message(const json::object& m) {
         throw ProtocolError("'warm_up' of done is not an object");
       done.warm_up = warm_up->get_object();
     }
+    if (const json::value* origin = m.if_contains("origin_unix_ms")) {
+      if (!origin->is_number() || !std::isfinite(origin->to_number<double>()) ||
+          origin->to_number<double>() < 0)
+        throw ProtocolError("'origin_unix_ms' of done is not a non-negative number of "
+                            "milliseconds");
+      done.origin_unix_ms = origin->to_number<double>();
+    }
     return done;
   }
   if (type == msg::kFatal)
@@ -448,6 +455,8 @@ json::object to_frame(const WorkerMessage& message) {
             m["timeline"] = x.timeline;
           if (!x.warm_up.empty())
             m["warm_up"] = x.warm_up;
+          if (x.origin_unix_ms > 0)
+            m["origin_unix_ms"] = x.origin_unix_ms;
         } else if constexpr (std::is_same_v<T, DeviceHandover>) {
           m["type"] = msg::kDeviceHandover;
         } else {

@@ -181,9 +181,15 @@ struct Progress {
 // "stopping", "ended", ...). The trusted worker's own clock; no user code reports it.
 // `warm_up`: a prestarted worker's warm-up of its GPU before the job came (SDK 1.4 warm_device,
 // worker/engine/device_turn.hpp's timing turn), or why it did not run; empty for other workers.
+// `origin_unix_ms`: the moment `timeline` counts from (the worker's receipt of the job), in ms
+// since the Unix epoch on the machine's real-time clock, which the host shares: the host's own
+// send of the job comes earlier by however long the worker took to read it (a warm-up it was
+// finishing, a busy machine), so only this origin lines one job's steps up against another's.
+// 0: not sent.
 struct Done {
   boost::json::object timeline;
   boost::json::object warm_up;
+  double origin_unix_ms = 0;
 };
 struct Fatal {
   std::string message;

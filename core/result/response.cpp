@@ -89,6 +89,8 @@ json::object worker_json(const supervisor::SessionOutcome& o) {
     w["timeline_ms"] = o.timeline;
   if (o.job_sent_unix_ms > 0)
     w["job_sent_unix_ms"] = o.job_sent_unix_ms;
+  if (o.timeline_origin_unix_ms > 0)
+    w["timeline_origin_unix_ms"] = o.timeline_origin_unix_ms;
   if (o.ready_wait_ms >= 0)
     w["ready_wait_ms"] = o.ready_wait_ms;
   if (o.prewarm_seconds) {

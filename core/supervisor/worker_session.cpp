@@ -1,6 +1,7 @@
 #include "supervisor/worker_session.hpp"
 
 #include "common/log.hpp"
+#include "common/unix_clock.hpp"
 #include "protocol/frame.hpp"
 #include "protocol/job_contract.hpp"
 #include "supervisor/detail/child_setup.hpp"
@@ -261,6 +262,7 @@ private:
     done_ = true;
     done_at_ = Clock::now();
     timeline_ = done.timeline;
+    timeline_origin_unix_ms_ = done.origin_unix_ms;
     warm_up_ = done.warm_up;
     move_to(protocol::JobStage::exiting);
   }
@@ -291,9 +293,7 @@ private:
     job.seed = launch_.seed;
     job.timeout_ms = launch_.timeout.count();
     ready_wait_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
-    job_sent_unix_ms_ = std::chrono::duration<double, std::milli>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
+    job_sent_unix_ms_ = unix_ms();
     send(protocol::to_frame(job), protocol::kMaxJobFrameBytes);
   }
 
@@ -475,6 +475,7 @@ private:
     outcome.stderr_bytes = err_.total_bytes();
     outcome.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
     outcome.timeline = timeline_;
+    outcome.timeline_origin_unix_ms = timeline_origin_unix_ms_;
     outcome.warm_up = warm_up_;
     outcome.job_sent_unix_ms = job_sent_unix_ms_;
     outcome.ready_wait_ms = ready_wait_ms_;
@@ -537,8 +538,9 @@ private:
   bool quiet_before_grant_ = false; // device_quiet came first (see device_quiet)
   bool awaiting_quiet_ = false;     // granted a GPU not yet quiet; the job's timer waits for it
   bool prestarted_ = false;
-  boost::json::object timeline_; // from `done`
-  boost::json::object warm_up_;  // from `done`
+  boost::json::object timeline_;       // from `done`
+  double timeline_origin_unix_ms_ = 0; // from `done`
+  boost::json::object warm_up_;        // from `done`
   bool done_ = false, exited_ = false, socket_closed_ = false, out_closed_ = false,
        err_closed_ = false, finished_ = false;
   std::optional<End> end_;

@@ -63,10 +63,13 @@ struct SessionOutcome {
   // From the worker's `done` to the session's end (the worker exited, its pipes closed), on the
   // host's clock: what a job costs after its verdict, its device still held. 0 without `done`.
   double after_done_ms = 0;
-  // When the job was sent to the worker, in ms since the Unix epoch on the host's clock: the
-  // origin of `timeline`, so that jobs of one host can be lined up against each other. 0 when it
-  // was never sent.
+  // When the job was sent to the worker, in ms since the Unix epoch on the host's clock. 0 when
+  // it was never sent.
   double job_sent_unix_ms = 0;
+  // The origin of `timeline` (protocol::Done::origin_unix_ms): the worker's receipt of the job,
+  // on the same clock, so that jobs of one host can be lined up against each other. 0 without
+  // `done`.
+  double timeline_origin_unix_ms = 0;
   // From the session's start to the job frame sent (-1: never sent): a fresh worker's start-up,
   // or what a prestarted worker had left of its prewarm and device open when the job took it.
   double ready_wait_ms = -1;

@@ -6,6 +6,7 @@
 #include "checks/static_scan.hpp"
 #include "common/log.hpp"
 #include "common/process_tree.hpp"
+#include "common/unix_clock.hpp"
 #include "protocol/job_contract.hpp"
 #include "request/parse.hpp"
 #include "tensor/dtype.hpp"
@@ -2105,7 +2106,8 @@ private:
 
   void finish() {
     std::fflush(stdout);
-    channel_.send(protocol::to_frame(protocol::Done{timeline_, runners_.device_warm_up()}));
+    channel_.send(
+        protocol::to_frame(protocol::Done{timeline_, runners_.device_warm_up(), started_unix_ms_}));
   }
 
   protocol::BlockingChannel& channel_;
@@ -2132,6 +2134,7 @@ private:
   int64_t next_binding_ = 1;
   int64_t companion_seq_ = 0;
   Clock::time_point started_ = Clock::now();
+  double started_unix_ms_ = unix_ms(); // started_ on the real-time clock (Done::origin_unix_ms)
   double device_wait_ms_ = 0; // waiting for the grant, which the job's timeout does not count
   json::object timeline_;     // step -> ms since started_ (step())
   // The profiling phase's wall time outside the sample runs' own (sampling.time_ms). The parts

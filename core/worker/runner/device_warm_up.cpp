@@ -1,6 +1,7 @@
 #include "worker/runner/device_warm_up.hpp"
 
 #include "common/log.hpp"
+#include "common/unix_clock.hpp"
 #include "worker/engine/device_turn.hpp"
 #include "worker/runner/runner_protocol.hpp"
 
@@ -23,12 +24,6 @@ constexpr int kLookAgainMs = 10;
 bool job_came(int job_fd, int ms) {
   pollfd job{job_fd, POLLIN, 0};
   return ::poll(&job, 1, ms) > 0;
-}
-
-double unix_ms() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 } // namespace
@@ -101,8 +96,8 @@ json::object warm_up_before_job(const std::vector<std::pair<std::string, RunnerC
       }
       if (!TimingWish::idle_for(wish_file, settings.idle))
         continue; // the turn goes with this round: the jobs' at once
-      // On the host's clock, as the job's timeline (job_sent_unix_ms): each runner's hold on the
-      // turn can be lined up against the jobs timed on the GPU.
+      // On the machine's real-time clock, as the job's timeline (its origin_unix_ms): each
+      // runner's hold on the turn can be lined up against the jobs timed on the GPU.
       json::object one;
       one["from_unix_ms"] = unix_ms();
       json::object ask;

@@ -42,17 +42,15 @@ std::vector<Window> warm_up_windows(const json::object& body, const std::string&
 }
 
 // The job's timed window: from its timing turn to its stop (the turn's release). The timeline
-// counts from the worker's receipt of the job: the host's send of it, or the end of the worker's
-// warm-up when the job came while a runner warmed up (the worker reads it then).
+// counts from the worker's receipt of the job (after its warm-up when the job came while a runner
+// warmed up: the worker reads it then), on the clock the warm-ups are stamped with.
 std::optional<Window> timed_window(const json::object& body) {
   const auto& worker = exec_result(body).at("metadata").at("worker").as_object();
   const auto& timeline = worker.at("timeline_ms").as_object();
   if (!timeline.contains("timing_turn") || !timeline.contains("stopping"))
     return std::nullopt;
   const std::string job = "job " + text(body.at("job_id"));
-  double origin = worker.at("job_sent_unix_ms").to_number<double>();
-  for (const Window& warm_up : warm_up_windows(body, job))
-    origin = std::max(origin, warm_up.to);
+  const double origin = worker.at("timeline_origin_unix_ms").to_number<double>();
   return Window{job, origin + timeline.at("timing_turn").to_number<double>(),
                 origin + timeline.at("stopping").to_number<double>()};
 }

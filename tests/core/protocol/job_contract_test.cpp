@@ -59,15 +59,20 @@ TEST(JobContract, ReportsRoundTripThroughJson) {
 TEST(JobContract, DoneCarriesTheWorkersTimelineChecked) {
   // A worker that sends none (an older one) is still understood.
   EXPECT_TRUE(std::get<Done>(parse_worker_message(parse(R"({"type":"done"})"))).timeline.empty());
+  EXPECT_EQ(std::get<Done>(parse_worker_message(parse(R"({"type":"done"})"))).origin_unix_ms, 0);
   Done sent;
   sent.timeline = json::object{{"runners_started", 12.5}, {"compiled", 80}, {"ended", 95.25}};
+  sent.origin_unix_ms = 1795834767043.9321;
   const auto back = parse_worker_message(to_frame(WorkerMessage{sent}));
   ASSERT_TRUE(std::holds_alternative<Done>(back));
   EXPECT_EQ(std::get<Done>(back).timeline, sent.timeline);
+  EXPECT_EQ(std::get<Done>(back).origin_unix_ms, sent.origin_unix_ms);
   EXPECT_TRUE(std::get<Done>(back).warm_up.empty());
   for (const char* bad :
        {R"({"type":"done","timeline":[1]})", R"({"type":"done","timeline":{"compiled":"80"}})",
-        R"({"type":"done","timeline":{"compiled":-1}})"})
+        R"({"type":"done","timeline":{"compiled":-1}})",
+        R"({"type":"done","origin_unix_ms":"1795834767043"})",
+        R"({"type":"done","origin_unix_ms":-5})"})
     EXPECT_THROW(parse_worker_message(parse(bad)), ProtocolError) << bad;
 }
 
