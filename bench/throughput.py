@@ -209,6 +209,18 @@ def run_keval(args, jobs, label="keval"):
             print("   jobs whose prestarted worker warmed the GPU up before they came: " + "  ".join(
                 f"{kind} {sum(1 for w in warmed if w == n)}"
                 for kind, n in (("both runners", 2), ("one runner", 1), ("none", 0))))
+        prewarms = [w.get("prewarm") for _, w in workers if w.get("prewarm")]
+        if prewarms:
+            # A job's wait for its worker (ready_wait_ms), and where its worker's prewarm went:
+            # of the wait for the device-open turn, the part after the job had taken it.
+            def mean_of(key):
+                return statistics.mean(p.get(key, 0) for p in prewarms)
+            print(f"   prestarted workers (mean over {len(prewarms)} jobs): waited for by the job "
+                  f"{statistics.mean(w.get('ready_wait_ms', 0) for _, w in workers) / 1000:.2f} s"
+                  f"  prewarm {mean_of('total_s'):.2f} s, of it open turn "
+                  f"{mean_of('device_turn_wait_s'):.2f} s (taken meanwhile "
+                  f"{mean_of('device_turn_wait_taken_s'):.2f} s), opens "
+                  f"{mean_of('device_open_s'):.2f} s")
         warm, warm_before = after.get("warm_workers", {}), before.get("warm_workers", {})
         if warm:
             print("   prestarted workers over the batch: " + "  ".join(

@@ -342,6 +342,8 @@ WorkerMessage parse_worker_message(const json::object& m) {
       h.prewarm_seconds = number_at(m, "prewarm_seconds");
     if (m.contains("device_turn_wait_seconds"))
       h.device_turn_wait_seconds = number_at(m, "device_turn_wait_seconds");
+    if (m.contains("device_turn_wait_taken_seconds"))
+      h.device_turn_wait_taken_seconds = number_at(m, "device_turn_wait_taken_seconds");
     if (m.contains("device_open_seconds"))
       h.device_open_seconds = number_at(m, "device_open_seconds");
     return h;
@@ -432,6 +434,8 @@ json::object to_frame(const WorkerMessage& message) {
             m["prewarm_seconds"] = *x.prewarm_seconds;
           if (x.device_turn_wait_seconds)
             m["device_turn_wait_seconds"] = *x.device_turn_wait_seconds;
+          if (x.device_turn_wait_taken_seconds)
+            m["device_turn_wait_taken_seconds"] = *x.device_turn_wait_taken_seconds;
           if (x.device_open_seconds)
             m["device_open_seconds"] = *x.device_open_seconds;
         } else if constexpr (std::is_same_v<T, PhaseMessage>) {

@@ -149,8 +149,10 @@ struct Hello {
   boost::json::array prewarm_errors;
   std::optional<double> prewarm_seconds;
   // Of prewarm_seconds, the wait for the machine's device-open turn and the opens themselves
-  // (this process's context and its runners'), where it opened the device ahead.
-  std::optional<double> device_turn_wait_seconds, device_open_seconds;
+  // (this process's context and its runners'), where it opened the device ahead; of the wait,
+  // how long a job had already taken the worker (its `taken` had come).
+  std::optional<double> device_turn_wait_seconds, device_open_seconds,
+      device_turn_wait_taken_seconds;
 };
 
 // host -> worker: the job.

@@ -1,5 +1,7 @@
 // Message types of the host <-> worker protocol and the order they come in:
 //
+//   host:   taken        {}   -- first, to a prestarted worker: a job has it (its device-open
+//                               turn goes before the pool's spares); a worker skips it later
 //   worker: hello        {worker_version, pid}
 //   host:   job          {job_id, mode, request, plugins{type: path}, work_dir, cuda_arch, seed}
 //   worker: phase        {phase: "compiled", result}        -- persisted by the host at once
@@ -22,6 +24,7 @@
 
 namespace keval::protocol::msg {
 
+inline constexpr const char* kTaken = "taken";
 inline constexpr const char* kHello = "hello";
 inline constexpr const char* kJob = "job";
 inline constexpr const char* kPhase = "phase";

@@ -97,6 +97,8 @@ json::object worker_json(const supervisor::SessionOutcome& o) {
     json::object prewarm{{"total_s", *o.prewarm_seconds}};
     if (o.device_turn_wait_seconds)
       prewarm["device_turn_wait_s"] = *o.device_turn_wait_seconds;
+    if (o.device_turn_wait_taken_seconds)
+      prewarm["device_turn_wait_taken_s"] = *o.device_turn_wait_taken_seconds;
     if (o.device_open_seconds)
       prewarm["device_open_s"] = *o.device_open_seconds;
     if (!o.warm_up.empty())

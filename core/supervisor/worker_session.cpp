@@ -113,10 +113,14 @@ public:
     read_socket();
     read_pipe(out_pipe_, out_buf_, out_, out_closed_);
     read_pipe(err_pipe_, err_buf_, err_, err_closed_);
-    if (prestarted_)
+    if (prestarted_) {
+      // A worker still prewarming then waits for its device-open turn before the pool's spares
+      // (worker/engine/device_turn.hpp's OpenTurn): this job waits for it.
+      send(json::object{{"type", protocol::msg::kTaken}});
       await_prestarted_hello();
-    else
+    } else {
       arm_timer();
+    }
     process_->async_wait(asio::bind_executor(
         strand_, [self = shared_from_this()](boost::system::error_code, int) { self->on_exit(); }));
   }
@@ -481,6 +485,7 @@ private:
     outcome.ready_wait_ms = ready_wait_ms_;
     outcome.prewarm_seconds = hello_.prewarm_seconds;
     outcome.device_turn_wait_seconds = hello_.device_turn_wait_seconds;
+    outcome.device_turn_wait_taken_seconds = hello_.device_turn_wait_taken_seconds;
     outcome.device_open_seconds = hello_.device_open_seconds;
     if (done_)
       outcome.after_done_ms =

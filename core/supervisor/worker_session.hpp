@@ -75,7 +75,8 @@ struct SessionOutcome {
   double ready_wait_ms = -1;
   // A prestarted worker's own account of its prewarm, device open included, and of that the
   // wait for its device-open turn and the opens (its hello).
-  std::optional<double> prewarm_seconds, device_turn_wait_seconds, device_open_seconds;
+  std::optional<double> prewarm_seconds, device_turn_wait_seconds, device_open_seconds,
+      device_turn_wait_taken_seconds;
   // Its warm-up of the GPU before the job came (protocol::Done::warm_up); empty without one.
   boost::json::object warm_up;
 };

@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -46,6 +47,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -170,9 +172,10 @@ public:
 
   // Starts a runner for each of `sides` that prewarms `plugins`, and waits for their hellos.
   // Each starts under its side's policy (isolation::policy_for_side): the candidate's cannot
-  // write the shared build cache, which the reference's prewarm fills.
+  // write the shared build cache, which the reference's prewarm fills. `host_fd`: the host's
+  // channel, readable once a job has taken this worker (its `taken`).
   void prestart(const std::vector<std::string>& sides, const std::vector<std::string>& plugins,
-                keval::protocol::Hello& hello) {
+                keval::protocol::Hello& hello, int host_fd) {
     const auto started = std::chrono::steady_clock::now();
     for (const std::string& side : sides)
       ready_.emplace_back(side, keval::worker::RunnerClient::spawn(
@@ -187,7 +190,7 @@ public:
     // each on the H100).
     if (const auto* opens = first.if_contains("opens_device");
         opens && opens->is_bool() && opens->as_bool())
-      open_devices_in_turn(hello);
+      open_devices_in_turn(hello, host_fd);
 #endif
     if (const auto* done = first.if_contains("prewarmed"); done != nullptr && done->is_array())
       hello.prewarmed = done->as_array();
@@ -226,13 +229,20 @@ public:
 #ifdef KEVAL_HAVE_CUDA
   // This process's context and each runner's, one after another and in the machine's turn
   // (worker/engine/device_turn.hpp): a pool refilling does not open a dozen at once while a
-  // job holds the GPU. The worker says hello (is ready for a job) once they are open.
-  void open_devices_in_turn(keval::protocol::Hello& hello) {
-    const keval::worker::DeviceTurn turn(keval::worker::DeviceTurn::open_lock_file(),
-                                         keval::worker::DeviceTurn::kOpenPatience);
+  // job holds the GPU, and a worker that a job has taken goes before the spares. The worker says
+  // hello (is ready for a job) once they are open.
+  void open_devices_in_turn(keval::protocol::Hello& hello, int host_fd) {
+    // KEVAL_OPEN_TURN_PRECEDENCE=0: every worker waits as a spare, in no order (for a comparison).
+    const char* precedence = std::getenv("KEVAL_OPEN_TURN_PRECEDENCE");
+    const bool taken_first = precedence == nullptr || std::string_view(precedence) != "0";
+    const keval::worker::OpenTurn turn(keval::worker::DeviceTurn::open_lock_file(),
+                                       taken_first ? keval::worker::OpenTurn::precedence_file()
+                                                   : std::filesystem::path(),
+                                       host_fd, keval::worker::DeviceTurn::kOpenPatience);
     if (!turn.held())
       spdlog::debug("opening the device without a turn: {}", turn.why_not());
     hello.device_turn_wait_seconds = turn.waited_ms() / 1000;
+    hello.device_turn_wait_taken_seconds = turn.waited_taken_ms() / 1000;
     const auto opening = std::chrono::steady_clock::now();
     for (auto& [side, runner] : ready_) {
       try {
@@ -312,6 +322,17 @@ private:
 #endif
 };
 
+// The host's job frame. A prestarted worker is told `taken` first (its job waits for it), which
+// mattered only while it waited for its device-open turn.
+boost::json::object receive_job(keval::protocol::BlockingChannel& channel) {
+  for (;;) {
+    boost::json::object frame = channel.receive();
+    const boost::json::value* type = frame.if_contains("type");
+    if (type == nullptr || !type->is_string() || type->as_string() != keval::protocol::msg::kTaken)
+      return frame;
+  }
+}
+
 // A job's sides: the candidate and the reference of a compare.
 const std::vector<std::string> kJobSides{"custom", "ref"};
 
@@ -333,13 +354,13 @@ int serve_one_job(int fd, const std::vector<std::string>& prewarm_paths,
     hello.pid = ::getpid();
     hello.isolation = layers;
     if (!prewarm_paths.empty())
-      runners.prestart(kJobSides, prewarm_paths, hello);
+      runners.prestart(kJobSides, prewarm_paths, hello, channel.fd());
     channel.send(keval::protocol::to_frame(hello));
 #ifdef KEVAL_HAVE_CUDA
     runners.warm_device_before_job(channel.fd());
 #endif
 
-    const keval::worker::JobSpec job = keval::worker::parse_job(channel.receive());
+    const keval::worker::JobSpec job = keval::worker::parse_job(receive_job(channel));
     keval::worker::run_pipeline(channel, job, runners);
     return 0;
   } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -116,6 +117,73 @@ std::filesystem::path lock_directory() {
 
 std::filesystem::path DeviceTurn::open_lock_file() {
   return lock_directory() / ("keval-device-open-" + std::to_string(::geteuid()) + ".lock");
+}
+
+std::filesystem::path OpenTurn::precedence_file() {
+  return lock_directory() /
+         ("keval-device-open-precedence-" + std::to_string(::geteuid()) + ".lock");
+}
+
+OpenTurn::OpenTurn(const std::filesystem::path& turn_file,
+                   const std::filesystem::path& precedence_file, int taken_fd,
+                   std::chrono::milliseconds patience) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline = start + patience;
+  std::optional<Clock::time_point> taken_at;
+  const auto ms_since = [](Clock::time_point from) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - from).count();
+  };
+  turn_ = open_own_lock_file(turn_file, why_not_);
+  // Without the precedence file every waiter tries the turn as it comes: no order, as before.
+  std::string no_precedence;
+  UniqueFd precedence =
+      precedence_file.empty() ? UniqueFd() : open_own_lock_file(precedence_file, no_precedence);
+  bool precedence_held = false; // shared, while this taken worker waits
+  const auto is_taken = [&] {
+    if (taken_at)
+      return true;
+    pollfd fd{taken_fd, POLLIN, 0};
+    if (taken_fd >= 0 && ::poll(&fd, 1, 0) > 0)
+      taken_at = Clock::now();
+    return taken_at.has_value();
+  };
+  // A spare's look: no taken worker waits (it holds the file shared, so it cannot be taken
+  // exclusively). Let go at once: a taken worker that comes meanwhile waits for one try at most.
+  const auto no_taken_worker_waits = [&] {
+    if (!precedence || ::flock(precedence.get(), LOCK_EX | LOCK_NB) != 0)
+      return !precedence;
+    ::flock(precedence.get(), LOCK_UN);
+    return true;
+  };
+  while (turn_) {
+    const bool taken = is_taken();
+    if (taken && precedence && !precedence_held)
+      precedence_held = ::flock(precedence.get(), LOCK_SH | LOCK_NB) == 0;
+    if (taken || no_taken_worker_waits()) {
+      if (::flock(turn_.get(), LOCK_EX | LOCK_NB) == 0) {
+        held_ = true;
+        break;
+      }
+      if (errno != EWOULDBLOCK && errno != EINTR) {
+        why_not_ = errno_text("flock");
+        break;
+      }
+    }
+    if (Clock::now() >= deadline) {
+      why_not_ = "waited its patience of " + std::to_string(patience.count()) + " ms" +
+                 (taken ? " (taken by a job)" : " (a spare)");
+      break;
+    }
+    // Tried every 2 ms, as DeviceTurn: an open takes a tenth of a second or more.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  waited_ms_ = ms_since(start);
+  if (taken_at)
+    waited_taken_ms_ = ms_since(*taken_at);
+  if (!held_)
+    turn_.reset();
+  // `precedence` closes here: a taken worker's shared hold goes once it holds the turn.
 }
 
 namespace {

@@ -92,6 +92,36 @@ private:
   double waited_ms_ = 0;
 };
 
+// The machine's open turn as a prestarted worker waits for it, where a worker that a job has
+// already taken goes before the pool's spares. flock has no queue: whoever tries first when the
+// turn comes free takes it. When a pool refilled beside a batch, a job's worker waited behind a
+// dozen spares opening for jobs not yet come (up to the turn's 15 s patience on an H100, its job
+// waiting all along). A taken worker holds the precedence file (precedence_file) shared while it
+// waits; a spare tries the turn only while it can take that file exclusively for a moment, so
+// none waits there. Neither kind waits longer than its patience.
+class OpenTurn {
+public:
+  // Waits for `turn_file` for at most `patience`: as a spare while `taken_fd` (a prestarted
+  // worker's channel from the host, which sends `taken` once a job has the worker) has nothing
+  // to read, as a taken worker from then on. The turn is given up with this object. An empty
+  // `precedence_file`: no precedence, every waiter tries the turn as it comes.
+  OpenTurn(const std::filesystem::path& turn_file, const std::filesystem::path& precedence_file,
+           int taken_fd, std::chrono::milliseconds patience);
+  bool held() const { return held_; }
+  const std::string& why_not() const { return why_not_; }
+  double waited_ms() const { return waited_ms_; }
+  // Of waited_ms, how long the worker had been taken (0: its job came after the turn).
+  double waited_taken_ms() const { return waited_taken_ms_; }
+  // Beside open_lock_file: `keval-device-open-precedence-<euid>.lock`.
+  static std::filesystem::path precedence_file();
+
+private:
+  UniqueFd turn_;
+  bool held_ = false;
+  std::string why_not_;
+  double waited_ms_ = 0, waited_taken_ms_ = 0;
+};
+
 // A job's wish to time on a GPU: a shared flock on the GPU's wish file (timing_wish_file), held
 // from its grant of the GPU until it gives the timing turn up, and the file's modification time
 // set as it lets go. A warm-up starts a runner only on a GPU that no job has held for a while

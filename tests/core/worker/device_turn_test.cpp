@@ -9,6 +9,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <thread>
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -200,6 +202,73 @@ TEST(DeviceTurn, AWaitUntilReadableGetsTheTurnItsHolderGivesUp) {
   int status = 0;
   ASSERT_EQ(::waitpid(holder, &status, 0), holder);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+// A taken worker waiting for the open turn, as another process: a shared hold on the precedence
+// file (OpenTurn's own, on an open file description of this test's).
+UniqueFd waiting_taken_worker(const std::filesystem::path& precedence) {
+  UniqueFd file(::open(precedence.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  EXPECT_TRUE(file);
+  EXPECT_EQ(::flock(file.get(), LOCK_SH | LOCK_NB), 0);
+  return file;
+}
+
+TEST(OpenTurn, APoolsSpareLeavesAFreeTurnToAWorkerAJobHasTaken) {
+  test::TempDir tmp;
+  const auto turn = tmp.path() / "open.lock", precedence = tmp.path() / "precedence.lock";
+  {
+    const UniqueFd taken = waiting_taken_worker(precedence);
+    OpenTurn spare(turn, precedence, -1, milliseconds(20));
+    EXPECT_FALSE(spare.held());
+    EXPECT_NE(spare.why_not().find("(a spare)"), std::string::npos) << spare.why_not();
+    EXPECT_GE(spare.waited_ms(), 20.0);
+    EXPECT_EQ(spare.waited_taken_ms(), 0);
+    // Another taken worker is not held back by the first: only the turn orders them.
+    Channel channel;
+    ASSERT_EQ(::write(channel.fds[1], "t", 1), 1);
+    OpenTurn also_taken(turn, precedence, channel.fds[0], milliseconds(0));
+    EXPECT_TRUE(also_taken.held()) << also_taken.why_not();
+    // The host's frame is still there for the worker to read.
+    char c = 0;
+    EXPECT_EQ(::read(channel.fds[0], &c, 1), 1);
+  }
+  // No taken worker waits: a spare takes the free turn at once.
+  OpenTurn spare(turn, precedence, -1, milliseconds(0));
+  EXPECT_TRUE(spare.held()) << spare.why_not();
+  EXPECT_LT(spare.waited_ms(), 1000.0);
+}
+
+TEST(OpenTurn, ASpareTakenWhileItWaitsGoesFirstOnceTheTurnIsFree) {
+  test::TempDir tmp;
+  const auto turn = tmp.path() / "open.lock", precedence = tmp.path() / "precedence.lock";
+  std::optional<DeviceTurn> opening(std::in_place, turn, milliseconds(0)); // another worker opens
+  ASSERT_TRUE(opening->held()) << opening->why_not();
+  Channel channel;
+  std::optional<OpenTurn> waiting;
+  std::thread worker(
+      [&] { waiting.emplace(turn, precedence, channel.fds[0], milliseconds(20000)); });
+  ASSERT_EQ(::write(channel.fds[1], "t", 1), 1); // its job takes it
+  // Once it waits as a taken worker, the precedence file cannot be taken exclusively. Bounded by
+  // the waiter's patience: it holds the file from its next try (2 ms) until it has the turn.
+  const UniqueFd probe(::open(precedence.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  ASSERT_TRUE(probe);
+  bool taken_waits = false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!taken_waits && std::chrono::steady_clock::now() < give_up) {
+    if (::flock(probe.get(), LOCK_EX | LOCK_NB) == 0)
+      ::flock(probe.get(), LOCK_UN);
+    else
+      taken_waits = true;
+    std::this_thread::yield();
+  }
+  EXPECT_TRUE(taken_waits) << "the taken worker never held the precedence file";
+  opening.reset(); // the other worker's opens are done
+  worker.join();
+  ASSERT_TRUE(waiting && waiting->held()) << (waiting ? waiting->why_not() : "no turn");
+  EXPECT_GT(waiting->waited_taken_ms(), 0);
+  EXPECT_LE(waiting->waited_taken_ms(), waiting->waited_ms());
+  // Holding the turn, it no longer holds the precedence file: spares wait only for the turn.
+  EXPECT_EQ(::flock(probe.get(), LOCK_EX | LOCK_NB), 0);
 }
 
 // The wish file's modification time set `seconds_ago`.
