@@ -244,18 +244,37 @@ public:
     hello.device_turn_wait_seconds = turn.waited_ms() / 1000;
     hello.device_turn_wait_taken_seconds = turn.waited_taken_ms() / 1000;
     const auto opening = std::chrono::steady_clock::now();
+    // The three side by side, as a job's bind opens them: the turn is held for as long as they
+    // take, and every spare and taken worker behind it waits that long (opened one after another,
+    // 0.9 s a worker on a busy H100, which capped the pool near a worker a second).
+    // The job meets a runner that died when it takes it; one that could not open the device
+    // opens it again when bound, and says why not.
+    const auto not_opened = [](const std::string& side, const std::exception& e) {
+      spdlog::debug("the {} runner did not open its device ahead: {}", side, e.what());
+    };
+    struct Asked {
+      const std::string& side;
+      keval::worker::RunnerClient& runner;
+      int64_t seq;
+    };
+    std::vector<Asked> asked;
     for (auto& [side, runner] : ready_) {
       try {
         boost::json::object ask;
         ask["type"] = keval::worker::runner_msg::kOpenDevice;
-        runner->call(std::move(ask), "opening its device");
+        asked.push_back({side, *runner, runner->send(std::move(ask), "opening its device")});
       } catch (const std::exception& e) {
-        // The job meets a runner that died when it takes it; one that could not open the device
-        // opens it again when bound, and says why not.
-        spdlog::debug("the {} runner did not open its device ahead: {}", side, e.what());
+        not_opened(side, e);
       }
     }
     opener_.start(keval::worker::EngineUse::trusted);
+    for (const Asked& one : asked) {
+      try {
+        one.runner.reply(keval::worker::runner_msg::kOpenDevice, one.seq, "opening its device");
+      } catch (const std::exception& e) {
+        not_opened(one.side, e);
+      }
+    }
     opener_.wait();
     hello.device_open_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - opening).count();
