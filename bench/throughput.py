@@ -215,9 +215,10 @@ def run_keval(args, jobs, label="keval"):
             # of the wait for the device-open turn, the part after the job had taken it.
             def mean_of(key):
                 return statistics.mean(p.get(key, 0) for p in prewarms)
-            print(f"   prestarted workers (mean over {len(prewarms)} jobs): waited for by the job "
-                  f"{statistics.mean(w.get('ready_wait_ms', 0) for _, w in workers) / 1000:.2f} s"
-                  f"  prewarm {mean_of('total_s'):.2f} s, of it open turn "
+            print(f"   jobs' wait for their worker (mean over {len(workers)}) "
+                  f"{statistics.mean(w.get('ready_wait_ms', 0) for _, w in workers) / 1000:.2f} s;"
+                  f"  prestarted workers (mean over {len(prewarms)}): "
+                  f"prewarm {mean_of('total_s'):.2f} s, of it open turn "
                   f"{mean_of('device_turn_wait_s'):.2f} s (taken meanwhile "
                   f"{mean_of('device_turn_wait_taken_s'):.2f} s), opens "
                   f"{mean_of('device_open_s'):.2f} s")

@@ -6,11 +6,14 @@
 
 #include <chrono>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/json/parse.hpp>
 #include <gtest/gtest.h>
 
 namespace keval::test {
@@ -242,6 +245,52 @@ TEST(PrestartedWorker, IsReadyOnceItsHelloIsWaitingAndNeverBefore) {
   EXPECT_TRUE(worker->ready()) << "ready() consumed the hello";
   EXPECT_TRUE(mute->alive());
   EXPECT_FALSE(mute->ready());
+}
+
+// A job that takes a prestarted worker tells it so before anything else: the worker may still be
+// prewarming, and then waits for its device-open turn before the pool's spares
+// (worker/engine/device_turn.hpp's OpenTurn). This worker only records what the host sends it and
+// never says hello, so the host sends nothing but that.
+TEST(PrestartedWorker, AJobThatTakesItTellsItSoFirst) {
+  boost::asio::io_context ctx;
+  TempDir tmp;
+  const auto received = tmp.path() / "received";
+  const auto recorder = tmp.path() / "records-what-the-host-sends";
+  {
+    std::ofstream script(recorder);
+    script << "#!/bin/sh\nexec cat <&3 > '" << received.string() << "'\n";
+  }
+  std::filesystem::permissions(recorder, std::filesystem::perms::owner_all);
+  auto worker = supervisor::PrestartedWorker::spawn(ctx.get_executor(), recorder, {},
+                                                    set_of({"libkeval_fault_plugin.so"}));
+  supervisor::JobLaunch launch;
+  launch.worker_exe = recorder;
+  launch.job_id = "takes-a-prestarted-worker";
+  launch.mode = "evaluate";
+  std::optional<supervisor::SessionOutcome> outcome;
+  supervisor::SessionHandlers handlers;
+  handlers.on_complete = [&](supervisor::SessionOutcome o) { outcome = std::move(o); };
+  auto session = supervisor::WorkerSession::start(ctx.get_executor(), std::move(launch),
+                                                  std::move(handlers), std::move(worker));
+  // One frame: the 8-byte header (protocol/frame.hpp), then its JSON.
+  std::string bytes;
+  const auto read_all = [&] {
+    std::ifstream in(received, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  };
+  for (int i = 0; i < 3000 && bytes.find('}') == std::string::npos; ++i) { // at most 30 s
+    ctx.run_for(std::chrono::milliseconds(10));
+    read_all();
+  }
+  ASSERT_GT(bytes.size(), 8u) << "the worker was told nothing";
+  EXPECT_EQ(bytes.substr(0, 4), "KEV1");
+  const boost::json::object first = boost::json::parse(bytes.substr(8)).as_object();
+  EXPECT_EQ(first.at("type"), "taken") << bytes.substr(8);
+  session->cancel();
+  for (int i = 0; i < 3000 && !outcome; ++i)
+    ctx.run_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->end, supervisor::SessionOutcome::End::cancelled) << outcome->message;
 }
 
 TEST(WarmPool, SizeZeroKeepsNothing) {
