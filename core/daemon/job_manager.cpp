@@ -633,6 +633,7 @@ private:
             std::chrono::duration<double, std::milli>(j.started_clock - j.submitted_clock).count(),
             j.record.outcome->ready_wait_ms, j.record.outcome->timeline,
             j.record.outcome->after_done_ms);
+        stats_.prewarm_spent(*j.record.outcome);
       }
       waiters.swap(j.waiters);
     });

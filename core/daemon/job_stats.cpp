@@ -126,6 +126,18 @@ void JobStats::time_spent(double queue_ms, double worker_wait_ms, const json::ob
     }
 }
 
+void JobStats::prewarm_spent(const supervisor::SessionOutcome& outcome) {
+  if (!outcome.prewarm_seconds)
+    return;
+  ++totals_.prewarm.jobs;
+  const std::optional<double> parts[] = {outcome.prewarm_seconds, outcome.device_turn_wait_seconds,
+                                         outcome.device_turn_wait_taken_seconds,
+                                         outcome.device_open_seconds};
+  static_assert(std::size(parts) == kPrewarmPartCount);
+  for (size_t k = 0; k < kPrewarmPartCount; ++k)
+    totals_.prewarm.s_sum[k] += parts[k].value_or(0);
+}
+
 void JobStats::interrupted() {
   ++totals_.interrupted;
 }

@@ -53,6 +53,21 @@ struct StageTime {
   double ms_sum = 0;
 };
 
+// What a job's worker_wait waited for when it took a prestarted worker still at its prewarm:
+// where the worker's prewarm went (its hello's account: SessionOutcome::prewarm_seconds and its
+// parts), over the finished jobs that took one (/stats time_breakdown.prewarm, /metrics
+// keval_worker_prewarm_seconds_total). The whole prewarm; of it the wait for the machine's
+// device-open turn, and of that the part after the job had taken the worker; and the opens. A
+// worker that opened no device ahead counts 0 for the last three.
+inline constexpr const char* kPrewarmParts[] = {"prewarm", "device_turn_wait",
+                                                "device_turn_wait_taken", "device_open"};
+inline constexpr size_t kPrewarmPartCount = std::size(kPrewarmParts);
+
+struct PrewarmTime {
+  uint64_t jobs = 0;
+  std::array<double, kPrewarmPartCount> s_sum{}; // kPrewarmParts order
+};
+
 // One job's stages (kJobStages order; nullopt: not reached), from the daemon's queue time, its
 // wait for the worker (negative: the job was never sent), the worker's timeline and the time
 // from its `done` to its exit (SessionOutcome::after_done_ms).
@@ -82,6 +97,7 @@ struct JobCounters {
   uint64_t finished_last_minute = 0;
   std::array<StageTime, kJobStageCount> stages{}; // kJobStages order
   uint64_t timed_jobs = 0;                        // jobs whose worker sent its timeline
+  PrewarmTime prewarm{};                          // jobs that took a prestarted worker
 };
 
 // HTTP connections (keval serve --max-connections).
@@ -126,6 +142,8 @@ public:
   // A finished job's stages (job_stage_times); nothing when its worker sent no timeline.
   void time_spent(double queue_ms, double worker_wait_ms, const boost::json::object& timeline,
                   double after_done_ms);
+  // A finished job's prestarted worker's prewarm (PrewarmTime); nothing for a fresh worker.
+  void prewarm_spent(const supervisor::SessionOutcome& outcome);
   void interrupted();
   void record_refused();
   void expired_by_cap(uint64_t jobs);

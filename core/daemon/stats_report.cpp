@@ -88,7 +88,14 @@ json::object stats_json(const StatsSnapshot& s) {
                                   {"mean_ms", ratio(c.stages[k].ms_sum, c.stages[k].jobs)},
                                   {"total_s", c.stages[k].ms_sum / 1000.0},
                                   {"share", ratio(c.stages[k].ms_sum, all_ms)}});
-  out["time_breakdown"] = {{"jobs", c.timed_jobs}, {"stages", std::move(stages)}};
+  // Of worker_wait: where the prestarted workers' prewarms went (job_stats.hpp PrewarmTime).
+  json::object prewarm_mean_s;
+  for (size_t k = 0; k < kPrewarmPartCount; ++k)
+    prewarm_mean_s[kPrewarmParts[k]] = ratio(c.prewarm.s_sum[k], c.prewarm.jobs);
+  out["time_breakdown"] = {
+      {"jobs", c.timed_jobs},
+      {"stages", std::move(stages)},
+      {"prewarm", {{"jobs", c.prewarm.jobs}, {"mean_s", std::move(prewarm_mean_s)}}}};
 
   out["state"] = {{"bytes", s.state.bytes},
                   {"max_bytes", s.state.max_bytes},
@@ -240,6 +247,14 @@ std::string prometheus_text(const StatsSnapshot& s) {
   e.family("keval_job_stage_jobs_total", "counter", "Finished jobs that reached each stage.");
   for (size_t k = 0; k < kJobStageCount; ++k)
     e.sample(static_cast<double>(c.stages[k].jobs), label("stage", kJobStages[k]));
+  e.family("keval_worker_prewarm_seconds_total", "counter",
+           "Prewarm of the prestarted workers that finished jobs took, and its parts (device-open "
+           "turn wait, of it after the job took the worker, opens).");
+  for (size_t k = 0; k < kPrewarmPartCount; ++k)
+    e.sample(c.prewarm.s_sum[k], label("part", kPrewarmParts[k]));
+  e.family("keval_worker_prewarm_jobs_total", "counter",
+           "Finished jobs that took a prestarted worker.")
+      .sample(static_cast<double>(c.prewarm.jobs));
   e.family("keval_connections_open", "gauge", "HTTP connections served now.")
       .sample(static_cast<double>(s.connections.open));
   e.family("keval_connections_max", "gauge", "HTTP connections served at most (--max-connections).")

@@ -90,6 +90,41 @@ TEST(StatsReport, AJobsStagesComeFromTheQueueTheWorkersTimelineAndItsExit) {
       std::string::npos);
 }
 
+TEST(StatsReport, APrestartedWorkersPrewarmIsSplitOverTheJobsThatTookOne) {
+  JobStats stats;
+  supervisor::SessionOutcome waited; // taken while it waited for its device-open turn
+  waited.prewarm_seconds = 12;
+  waited.device_turn_wait_seconds = 4;
+  waited.device_turn_wait_taken_seconds = 3;
+  waited.device_open_seconds = 1;
+  stats.prewarm_spent(waited);
+  supervisor::SessionOutcome cpu_set; // a prestarted worker that opened no device ahead
+  cpu_set.prewarm_seconds = 2;
+  stats.prewarm_spent(cpu_set);
+  stats.prewarm_spent(supervisor::SessionOutcome{}); // a fresh worker: not counted
+  StatsSnapshot snapshot;
+  snapshot.counters = stats.counters();
+  const auto prewarm = stats_json(snapshot).at("time_breakdown").at("prewarm").as_object();
+  EXPECT_EQ(prewarm.at("jobs"), 2);
+  const auto& mean_s = prewarm.at("mean_s").as_object();
+  EXPECT_DOUBLE_EQ(mean_s.at("prewarm").as_double(), 7);
+  EXPECT_DOUBLE_EQ(mean_s.at("device_turn_wait").as_double(), 2);
+  EXPECT_DOUBLE_EQ(mean_s.at("device_turn_wait_taken").as_double(), 1.5);
+  EXPECT_DOUBLE_EQ(mean_s.at("device_open").as_double(), 0.5);
+  const std::string metrics = prometheus_text(snapshot);
+  EXPECT_NE(metrics.find("keval_worker_prewarm_seconds_total{part=\"device_turn_wait_taken\"} 3\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("keval_worker_prewarm_jobs_total 2\n"), std::string::npos) << metrics;
+  // None yet: the means say so.
+  EXPECT_TRUE(stats_json(StatsSnapshot{})
+                  .at("time_breakdown")
+                  .at("prewarm")
+                  .at("mean_s")
+                  .at("prewarm")
+                  .is_null());
+}
+
 TEST(StatsReport, CountsPhasesFromWhatWorkersReport) {
   JobStats stats;
   stats.submitted();
