@@ -47,6 +47,11 @@ double number_at(const json::object& o, const char* key) {
   return v->to_number<double>();
 }
 
+// A duration or a moment in milliseconds, as `done` carries them.
+bool non_negative_ms(const json::value& v) {
+  return v.is_number() && std::isfinite(v.to_number<double>()) && v.to_number<double>() >= 0;
+}
+
 int64_t integer_at(const json::object& o, const char* key) {
   const json::value* v = o.if_contains(key);
   if (v != nullptr && v->is_int64())
@@ -390,7 +395,7 @@ WorkerMessage parse_worker_message(const json::object& m) {
       if (!timeline->is_object())
         throw ProtocolError("'timeline' of done is not an object");
       for (const auto& [step, ms] : timeline->get_object())
-        if (!ms.is_number() || !std::isfinite(ms.to_number<double>()) || ms.to_number<double>() < 0)
+        if (!non_negative_ms(ms))
           throw ProtocolError("'timeline." + std::string(step) +
                               "' of done is not a non-negative number of milliseconds");
       done.timeline = timeline->get_object();
@@ -401,8 +406,7 @@ WorkerMessage parse_worker_message(const json::object& m) {
       done.warm_up = warm_up->get_object();
     }
     if (const json::value* origin = m.if_contains("origin_unix_ms")) {
-      if (!origin->is_number() || !std::isfinite(origin->to_number<double>()) ||
-          origin->to_number<double>() < 0)
+      if (!non_negative_ms(*origin))
         throw ProtocolError("'origin_unix_ms' of done is not a non-negative number of "
                             "milliseconds");
       done.origin_unix_ms = origin->to_number<double>();

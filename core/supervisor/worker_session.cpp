@@ -265,9 +265,7 @@ private:
     trace("done");
     done_ = true;
     done_at_ = Clock::now();
-    timeline_ = done.timeline;
-    timeline_origin_unix_ms_ = done.origin_unix_ms;
-    warm_up_ = done.warm_up;
+    done_report_ = done;
     move_to(protocol::JobStage::exiting);
   }
 
@@ -478,9 +476,9 @@ private:
     outcome.stdout_bytes = out_.total_bytes();
     outcome.stderr_bytes = err_.total_bytes();
     outcome.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
-    outcome.timeline = timeline_;
-    outcome.timeline_origin_unix_ms = timeline_origin_unix_ms_;
-    outcome.warm_up = warm_up_;
+    outcome.timeline = done_report_.timeline;
+    outcome.timeline_origin_unix_ms = done_report_.origin_unix_ms;
+    outcome.warm_up = done_report_.warm_up;
     outcome.job_sent_unix_ms = job_sent_unix_ms_;
     outcome.ready_wait_ms = ready_wait_ms_;
     outcome.prewarm_seconds = hello_.prewarm_seconds;
@@ -543,9 +541,7 @@ private:
   bool quiet_before_grant_ = false; // device_quiet came first (see device_quiet)
   bool awaiting_quiet_ = false;     // granted a GPU not yet quiet; the job's timer waits for it
   bool prestarted_ = false;
-  boost::json::object timeline_;       // from `done`
-  double timeline_origin_unix_ms_ = 0; // from `done`
-  boost::json::object warm_up_;        // from `done`
+  protocol::Done done_report_; // the worker's `done`, once done_
   bool done_ = false, exited_ = false, socket_closed_ = false, out_closed_ = false,
        err_closed_ = false, finished_ = false;
   std::optional<End> end_;

@@ -128,17 +128,17 @@ def _loaded_cuda_runtimes():
 def warm_torch(device_type, device_id, stream=None):
     """torch set up on the device a worker started ahead of its job opened ahead (SDK 1.4
     warm_device: the torch-based drivers' own warm_device, hence the stream, which it waits for
-    with the whole device), before any user code: what every job's first launches would otherwise pay
-    while it holds the GPU. torch's own CUDA state on the context (its lazy initialisation), the
-    cuBLAS handle and workspace, and the kernels a KernelBench model most often launches first
-    (its inputs' and weights' random generation, linear layers and matrix products, ReLU and
-    GELU, element-wise arithmetic, a reduction, a copy), each launched once on a small tensor:
-    CUDA loads a kernel's module at its first launch (lazy loading), 2 to 90 ms apiece on the
-    H200, where the same launch afterwards takes microseconds. The list is short on purpose: a
-    job that wants to time waits for the runner warming up then. The core calls this only while
-    no job is timed on that GPU. Nothing is left that a job could see: the work is waited for,
-    the cached memory given back, and every job seeds the random generators itself before its
-    weights and inputs are made."""
+    with the whole device), before any user code: what every job's first launches would
+    otherwise pay while it holds the GPU. torch's own CUDA state on the context (its lazy
+    initialisation), the cuBLAS handle and workspace, and the kernels a KernelBench model most
+    often launches first (its inputs' and weights' random generation, linear layers and matrix
+    products, ReLU and GELU, element-wise arithmetic, a reduction, a copy), each launched once
+    on a small tensor: CUDA loads a kernel's module at its first launch (lazy loading), 2 to 90
+    ms apiece on the H200, where the same launch afterwards takes microseconds. The list is
+    short on purpose: a job that wants to time waits for the runner warming up then. The core
+    calls this only while no job is timed on that GPU. Nothing is left that a job could see: the
+    work is waited for, the cached memory given back, and every job seeds the random generators
+    itself before its weights and inputs are made."""
     if device_type != DEVICE_CUDA:
         return
     import torch
