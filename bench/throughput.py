@@ -34,9 +34,10 @@ fresh:    each job in a process of its own, sequentially: a KernelBench-style pr
           triton job, which KernelBench's harness cannot run, as `keval compare` (a fresh keval
           process per job).
 
-usage: bench/throughput.py [--keval build/bin/keval] [--python python3] [--repeat 2]
+usage: bench/throughput.py [--keval build/bin/keval] [--python python3] [--repeat 2] [--only P]...
                            [--clients 8] [--max-noise P]... [--versus ARGS]...
-                           [--warm-sequence N [--sequence-only]] [--json FILE]
+                           [--warm-sequence N [--sequence-only] [--sequence-max-noise P]]
+                           [--json FILE]
                            [--skip-fresh] [--responses DIR]
 """
 import argparse
@@ -80,7 +81,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from torch_cuda_compile import KERNELBENCH_PATH as KERNELBENCH_WAY  # noqa: E402
 
 
-def batch(repeat):
+def batch(repeat, only=()):
+    """The mixed batch, `repeat` copies shuffled; `only`: just these problems (names as listed
+    in the rows, example files without .json)."""
     jobs = []
     for name, src in SIZED.items():
         jobs.append((name, {"ref_kernel": {"kernel_type": "torch", "source_code": src},
@@ -89,6 +92,12 @@ def batch(repeat):
     for example in EXAMPLES:
         jobs.append((example.removesuffix(".json"),
                      json.loads((ROOT / "examples" / example).read_text())))
+    if only:
+        unknown = sorted(set(only) - {name for name, _ in jobs})
+        if unknown:
+            sys.exit(f"--only: no problem named {', '.join(unknown)} (the batch has "
+                     f"{', '.join(name for name, _ in jobs)})")
+        jobs = [(name, request) for name, request in jobs if name in only]
     out = [(name, dict(request, num_trials=100)) for _ in range(repeat) for name, request in jobs]
     random.Random(17).shuffle(out)
     return out
@@ -282,6 +291,13 @@ def step_means(timelines):
 
 def run_sequence(args, n):
     request = json.loads(Path(args.sequence_request).read_text())
+    if args.sequence_max_noise is not None:
+        request["max_noise"] = args.sequence_max_noise
+    responses = None
+    if args.responses:  # a folder per daemon: --versus runs the sequence again
+        daemon = "_".join(args.serve_arg).strip("-").replace("--", "") or "defaults"
+        responses = Path(args.responses) / f"sequence-{daemon}"
+        responses.mkdir(parents=True, exist_ok=True)
     client = local_daemon(args, "kv-seq-")
     try:
         t = time.perf_counter()
@@ -293,7 +309,7 @@ def run_sequence(args, n):
                 print(f"   ... {args.burst_gap:g} s without requests")
                 time.sleep(args.burst_gap)
             label = "sequence" if args.bursts == 1 else f"burst {k + 1}"
-            bursts.append(run_burst(client, request, n, label))
+            bursts.append(run_burst(client, request, n, label, responses))
         if args.bursts == 1:
             return bursts[0]
         return {"bursts": bursts}
@@ -311,14 +327,18 @@ def warmed_runners(worker):
     return sum(1 for side in warm_up.get("sides", {}).values() if side.get("warmed"))
 
 
-def run_burst(client, request, n, label):
-    """N back-to-back compares from one client: its row, and where the jobs' time went."""
+def run_burst(client, request, n, label, responses=None):
+    """N back-to-back compares from one client: its row, and where the jobs' time went (each
+    response written to the folder `responses` when given)."""
     latencies, failures, starts, timelines, sampling, waits, warmed = [], 0, [], [], [], [], []
     start = time.perf_counter()
-    for _ in range(n):
+    for number in range(n):
         t = time.perf_counter()
         r = client.compare(request)
         latencies.append(time.perf_counter() - t)
+        if responses:
+            path = Path(responses) / f"{label.replace(' ', '_')}-{number:03d}.json"
+            path.write_text(json.dumps(r.raw, indent=1))
         failures += 0 if r.ok else 1
         timeline = metadata_of(r).get("worker", {}).get("timeline_ms", {})
         timelines.append(timeline)
@@ -397,6 +417,10 @@ def main():
     parser.add_argument("--python", default="python3", help="for the fresh-process runs")
     parser.add_argument("--repeat", type=int, default=2, help="copies of the batch")
     parser.add_argument("--clients", type=int, default=8, help="keval requests in flight")
+    parser.add_argument("--only", action="append", default=[], metavar="PROBLEM",
+                        help="the batch of these problems alone (repeat; e.g. --only "
+                             "cuda_vector_add_compare --repeat 40: cuda jobs/min with --clients "
+                             "in flight)")
     parser.add_argument("--serve-arg", action="append", default=[],
                         help="an argument for keval serve (repeat: --serve-arg=--warm-workers-max "
                              "--serve-arg=6)")
@@ -413,6 +437,9 @@ def main():
                         default=str(ROOT / "examples/torch_cuda_kernelbench_add.json"),
                         help="the compare --warm-sequence sends (default: KernelBench's "
                              "load_inline add, whose candidate keval builds once and reuses)")
+    parser.add_argument("--sequence-max-noise", type=float, metavar="P",
+                        help="send the --warm-sequence compares with this request 'max_noise' "
+                             "(the client's choice: sampling stops once the mean is stable)")
     parser.add_argument("--bursts", type=int, default=1, metavar="K",
                         help="send the --warm-sequence K times through the same daemon, "
                              "--burst-gap seconds apart (an RL loop's training steps: does the "
@@ -436,7 +463,7 @@ def main():
     variants = [(extra, argparse.Namespace(**dict(
         vars(args), serve_arg=args.serve_arg + shlex.split(extra)))) for extra in args.versus]
     if not args.sequence_only:
-        jobs = batch(args.repeat)
+        jobs = batch(args.repeat, args.only)
         print(f"batch: {len(jobs)} compares ({', '.join(sorted({n for n, _ in jobs}))})")
         out["keval"] = run_keval(args, jobs)
         for extra, variant in variants:
@@ -451,8 +478,10 @@ def main():
     # --sequence-only: a sequence for each --versus as well; else one, with the defaults.
     for label, variant in ([("", args)] + variants if args.sequence_only else
                            [("", args)] if args.warm_sequence else []):
+        noise = ("" if args.sequence_max_noise is None else
+                 f" (\"max_noise\": {args.sequence_max_noise:g})")
         print(f"-- {args.warm_sequence} back-to-back {Path(args.sequence_request).name} "
-              f"compares, one client, through a daemon started with "
+              f"compares{noise}, one client, through a daemon started with "
               f"{' '.join(variant.serve_arg) or 'the defaults'}")
         out[f"sequence {label}".strip()] = run_sequence(variant, args.warm_sequence)
     if not args.skip_fresh and not args.sequence_only:

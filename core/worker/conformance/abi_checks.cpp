@@ -1,9 +1,12 @@
 #include "worker/conformance/abi_checks.hpp"
 
 #include "common/plugin_abi.hpp"
+#include "common/remove_tree.hpp"
 #include "request/parse.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -77,6 +80,28 @@ std::string text_or_null(const char* text) {
   return text == nullptr ? "(null)" : "'" + std::string(text) + "'";
 }
 
+// The plugins' work_dir for one conformance run, as a job's is its own: a fresh directory under
+// the temporary one, removed with whatever the plugin left there (a Python type writes the source
+// it loads, the cuda type its CUBIN) when the run ends.
+class ScratchDir {
+public:
+  ScratchDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "keval-conformance-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr)
+      throw std::runtime_error("cannot create a work directory from " + pattern + ": " +
+                               std::strerror(errno));
+    path_ = pattern;
+  }
+  ~ScratchDir() { remove_tree(path_); }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+private:
+  std::filesystem::path path_;
+};
+
 // The outcome of one compile call: its error (code, message) and whether a kernel came back.
 struct CompileAnswer {
   bool error = false;
@@ -90,7 +115,8 @@ struct CompileAnswer {
 // Calls compile with argument and result structs `extra` bytes larger than this header's, junk
 // in the argument's tail and a canary in the result's.
 CompileAnswer compile_with(const keval_plugin_api& api, const Sample& sample, int32_t cuda_arch,
-                           size_t extra, Outcome& outcome) {
+                           const std::filesystem::path& work_dir_path, size_t extra,
+                           Outcome& outcome) {
   std::vector<unsigned char> args_bytes(sizeof(keval_compile_args) + extra, 0x5A);
   std::vector<unsigned char> result_bytes(sizeof(keval_compile_result) + extra, kCanary);
   auto* args = reinterpret_cast<keval_compile_args*>(args_bytes.data());
@@ -101,7 +127,7 @@ CompileAnswer compile_with(const keval_plugin_api& api, const Sample& sample, in
   args->source_code = sample.source.c_str();
   args->metadata_json = sample.metadata_json.c_str();
   args->io_contract_json = sample.io_json ? sample.io_json->c_str() : nullptr;
-  const std::string work_dir = std::filesystem::temp_directory_path().string();
+  const std::string work_dir = work_dir_path.string();
   args->work_dir = work_dir.c_str();
   args->cuda_arch = cuda_arch;
   args->side = sample.side.c_str();
@@ -361,7 +387,9 @@ int run_abi_checks(const std::filesystem::path& path,
   const int32_t cuda_arch = plugin->has(KEVAL_CAP_DEVICE_CUDA) ? target_arch : 0;
   Outcome compile_error;
   CompileAnswer bad;
-  on_serving_thread([&] { bad = compile_with(api, uncompilable, cuda_arch, 0, compile_error); });
+  const ScratchDir work_dir; // outlives every kernel compiled below
+  on_serving_thread(
+      [&] { bad = compile_with(api, uncompilable, cuda_arch, work_dir.path(), 0, compile_error); });
   if (bad.error && bad.code == KEVAL_ERROR_UNSUPPORTED) {
     compile_error.skip("this machine cannot run the plugin: " + bad.message);
   } else if (!bad.error) {
@@ -385,8 +413,9 @@ int run_abi_checks(const std::filesystem::path& path,
 
   Outcome newer;
   CompileAnswer wide;
-  on_serving_thread(
-      [&] { wide = compile_with(api, uncompilable, cuda_arch, kNewerHostBytes, newer); });
+  on_serving_thread([&] {
+    wide = compile_with(api, uncompilable, cuda_arch, work_dir.path(), kNewerHostBytes, newer);
+  });
   if (wide.error != bad.error || wide.code != bad.code)
     newer.fail(std::string("with structs ") + std::to_string(kNewerHostBytes) +
                " bytes larger, compile answered " +
@@ -413,7 +442,8 @@ int run_abi_checks(const std::filesystem::path& path,
   }
   Outcome compile;
   CompileAnswer good;
-  on_serving_thread([&] { good = compile_with(api, *sample, cuda_arch, 0, compile); });
+  on_serving_thread(
+      [&] { good = compile_with(api, *sample, cuda_arch, work_dir.path(), 0, compile); });
   if (good.error && good.code == KEVAL_ERROR_UNSUPPORTED) {
     compile.skip("this machine cannot run the plugin: " + good.message);
   } else if (good.error) {

@@ -2,6 +2,7 @@
 #include "support/test_env.hpp"
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -162,6 +163,25 @@ TEST(Cli, KeepRecordLeavesThePersistedJob) {
   const auto stored = json::parse(ss.str()).as_object();
   EXPECT_EQ(stored.at("status"), "completed");
   EXPECT_TRUE(stored.at("phases").as_object().contains("profiled"));
+}
+
+TEST(Cli, ConformanceLeavesNothingInTheTemporaryDirectory) {
+  // The plugins' work_dir is where they write what they compile (the cuda type its CUBIN, the
+  // Python types the source they load): a directory of the run's own, removed with it.
+  const auto plugin = plugin_dir() / "libkeval_cuda_plugin.so";
+  if (!std::filesystem::exists(plugin))
+    GTEST_SKIP() << "keval was built without the cuda plugin (no CUDA toolkit): " << plugin;
+  TempDir tmp;
+  const auto request =
+      std::filesystem::path(KEVAL_TEST_SOURCE_DIR) / "examples" / "cuda_vector_add.json";
+  auto r = run_keval({"conformance", plugin.string(), "--request", request.string()},
+                     {"TMPDIR=" + tmp.path().string()});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_NE(r.out.find("compile"), std::string::npos) << r.out;
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(tmp.path()))
+    left.push_back(entry.path().string());
+  EXPECT_TRUE(left.empty()) << "left behind: " << left.front();
 }
 
 } // namespace
