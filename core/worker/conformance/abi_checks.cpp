@@ -89,8 +89,7 @@ public:
     std::string pattern =
         (std::filesystem::temp_directory_path() / "keval-conformance-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr)
-      throw std::runtime_error("cannot create a work directory from " + pattern + ": " +
-                               std::strerror(errno));
+      throw std::runtime_error("mkdtemp " + pattern + ": " + std::strerror(errno));
     path_ = pattern;
   }
   ~ScratchDir() { remove_tree(path_); }
@@ -385,9 +384,20 @@ int run_abi_checks(const std::filesystem::path& path,
 
   // What the host would pass: a CUDA type compiles for the target GPU before any device exists.
   const int32_t cuda_arch = plugin->has(KEVAL_CAP_DEVICE_CUDA) ? target_arch : 0;
+  std::optional<ScratchDir> scratch; // outlives every kernel compiled below
+  try {
+    scratch.emplace();
+  } catch (const std::exception& e) { // the machine's fault, but nothing past here was checked
+    Outcome no_directory;
+    no_directory.fail(std::string("cannot create a work directory for the plugin's compiles (") +
+                      e.what() + ")");
+    report("compile_error", no_directory);
+    skip_rest("newer_host", "no work directory for the plugin's compiles");
+    return 1;
+  }
+  const ScratchDir& work_dir = *scratch;
   Outcome compile_error;
   CompileAnswer bad;
-  const ScratchDir work_dir; // outlives every kernel compiled below
   on_serving_thread(
       [&] { bad = compile_with(api, uncompilable, cuda_arch, work_dir.path(), 0, compile_error); });
   if (bad.error && bad.code == KEVAL_ERROR_UNSUPPORTED) {

@@ -184,5 +184,20 @@ TEST(Cli, ConformanceLeavesNothingInTheTemporaryDirectory) {
   EXPECT_TRUE(left.empty()) << "left behind: " << left.front();
 }
 
+TEST(Cli, ConformanceWithoutAWorkDirectoryFailsSayingWhyAndCrashesNothing) {
+  const auto plugin = plugin_dir() / "libkeval_cuda_plugin.so";
+  if (!std::filesystem::exists(plugin))
+    GTEST_SKIP() << "keval was built without the cuda plugin (no CUDA toolkit): " << plugin;
+  // The run checked nothing past the manifest: a failure that says why, not a worker that died
+  // (which would blame the plugin's check) and not a pass with everything skipped.
+  TempDir tmp;
+  const auto missing = tmp.path() / "not-there";
+  auto r = run_keval({"conformance", plugin.string()}, {"TMPDIR=" + missing.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("cannot create a work directory"), std::string::npos)
+      << r.out << r.err;
+  EXPECT_EQ((r.out + r.err).find("killed by"), std::string::npos) << r.out << r.err;
+}
+
 } // namespace
 } // namespace keval::test
