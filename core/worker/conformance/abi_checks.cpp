@@ -395,11 +395,11 @@ int run_abi_checks(const std::filesystem::path& path,
     skip_rest("newer_host", "no work directory for the plugin's compiles");
     return 1;
   }
-  const ScratchDir& work_dir = *scratch;
+  const std::filesystem::path& work_dir = scratch->path();
   Outcome compile_error;
   CompileAnswer bad;
   on_serving_thread(
-      [&] { bad = compile_with(api, uncompilable, cuda_arch, work_dir.path(), 0, compile_error); });
+      [&] { bad = compile_with(api, uncompilable, cuda_arch, work_dir, 0, compile_error); });
   if (bad.error && bad.code == KEVAL_ERROR_UNSUPPORTED) {
     compile_error.skip("this machine cannot run the plugin: " + bad.message);
   } else if (!bad.error) {
@@ -423,9 +423,8 @@ int run_abi_checks(const std::filesystem::path& path,
 
   Outcome newer;
   CompileAnswer wide;
-  on_serving_thread([&] {
-    wide = compile_with(api, uncompilable, cuda_arch, work_dir.path(), kNewerHostBytes, newer);
-  });
+  on_serving_thread(
+      [&] { wide = compile_with(api, uncompilable, cuda_arch, work_dir, kNewerHostBytes, newer); });
   if (wide.error != bad.error || wide.code != bad.code)
     newer.fail(std::string("with structs ") + std::to_string(kNewerHostBytes) +
                " bytes larger, compile answered " +
@@ -452,8 +451,7 @@ int run_abi_checks(const std::filesystem::path& path,
   }
   Outcome compile;
   CompileAnswer good;
-  on_serving_thread(
-      [&] { good = compile_with(api, *sample, cuda_arch, work_dir.path(), 0, compile); });
+  on_serving_thread([&] { good = compile_with(api, *sample, cuda_arch, work_dir, 0, compile); });
   if (good.error && good.code == KEVAL_ERROR_UNSUPPORTED) {
     compile.skip("this machine cannot run the plugin: " + good.message);
   } else if (good.error) {
