@@ -61,18 +61,20 @@ std::unique_ptr<PrestartedWorker> WarmPool::take(PrewarmSet prewarm) {
   prewarm.erase(std::unique(prewarm.begin(), prewarm.end()), prewarm.end());
 
   std::lock_guard lock(mutex_);
+  const auto now = sizing_.now();
   auto pool = std::find_if(pools_.begin(), pools_.end(),
                            [&](const SetPool& p) { return p.plugins == prewarm; });
   if (pool == pools_.end()) {
     // A set not seen yet (or dropped): this job starts its own worker; later ones find theirs.
     pools_.push_front(SetPool{std::move(prewarm), {}, {}, {}});
+    // Its first job may start a burst: remembered as a window of max_size jobs (header).
+    pools_.front().busiest.emplace_back(now, sizing_.max_size);
     if (pools_.size() > sizing_.max_sets)
       pools_.pop_back(); // its idle workers are killed
   } else {
     pools_.splice(pools_.begin(), pools_, pool);
   }
   SetPool& current = pools_.front();
-  const auto now = sizing_.now();
   while (!current.demand.empty() && current.demand.front() < now - kDemandWindow)
     current.demand.pop_front(); // bounded by the arrivals of one window
   current.demand.push_back(now);

@@ -167,7 +167,7 @@ void end_descendants_on_sigterm() {
 }
 
 pid_t spawn_with_channel(const std::filesystem::path& exe, const std::vector<std::string>& args,
-                         int channel_fd, const std::vector<std::string>& environment) {
+                         int channel_fd, const std::vector<std::string>& environment, int nice) {
   std::vector<std::string> storage{exe.string()};
   storage.insert(storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -205,6 +205,10 @@ pid_t spawn_with_channel(const std::filesystem::path& exe, const std::vector<std
       0, 0
     };
     ::setrlimit(RLIMIT_CORE, &no_core);
+    // Not checked: a runner left at our own nice is no fault, and its hello sets it again (and
+    // says what could not be set).
+    if (nice != 0)
+      ::setpriority(PRIO_PROCESS, 0, nice);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr); // SIGTERM is blocked in the trusted worker

@@ -46,10 +46,10 @@ void forget_on_termination(const std::filesystem::path& dir);
 
 // Starts `exe args...` with `channel_fd` as its descriptor 3 and stdin/stdout/stderr as ours, no
 // other descriptor, killed when this process dies, no core dumps, in our process group, with
-// `environment` ("NAME=value" entries) as its whole environment. Returns its pid; throws
-// std::system_error.
+// `environment` ("NAME=value" entries) as its whole environment, at nice `nice` from its first
+// instruction (cpu_priority.hpp). Returns its pid; throws std::system_error.
 pid_t spawn_with_channel(const std::filesystem::path& exe, const std::vector<std::string>& args,
-                         int channel_fd, const std::vector<std::string>& environment);
+                         int channel_fd, const std::vector<std::string>& environment, int nice);
 
 // How a process we waited for ended: "exited with code 0", "was killed by SIGSEGV (...)".
 std::string describe_wait_status(int status);

@@ -53,8 +53,11 @@ std::unique_ptr<RunnerClient> RunnerClient::spawn(const std::filesystem::path& w
   }
   pid_t pid = -1;
   try {
-    pid = isolation::spawn_with_channel(worker_exe, args, fds[1],
-                                        isolation::sandbox_environment(place));
+    // In the background from the start: a runner's prewarm (an interpreter importing torch) is
+    // no job's GPU time, and at nice 0 a pool's refills slowed the round trips of the job being
+    // timed beside them (cpu_priority.hpp).
+    pid = isolation::spawn_with_channel(
+        worker_exe, args, fds[1], isolation::sandbox_environment(place), place.background_nice);
   } catch (...) {
     ::close(fds[0]);
     ::close(fds[1]);

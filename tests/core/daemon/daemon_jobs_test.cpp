@@ -155,17 +155,20 @@ TEST_F(DaemonJobs, AHungJobTimesOutWith500WhileOtherJobsProceed) {
   EXPECT_EQ(s.at("jobs").at("finished_by_verdict").at("success"), 5);
 }
 
-// Whether the job's kernel was compiled in a worker whose plugins had run their prewarm (the
-// fault plugin reports it in its compile info).
-bool compiled_in_prewarmed_worker(const HttpResult& r) {
+// The fault plugin's compile info: whether its prewarm ran in this worker, and at which nice.
+json::object compile_info(const HttpResult& r) {
   const json::object body = r.json_body();
   return body.at("kernel_exec_result")
       .at("metadata")
       .at("compile")
       .at("custom")
       .at("info")
-      .at("prewarmed")
-      .as_bool();
+      .as_object();
+}
+
+// Whether the job's kernel was compiled in a worker whose plugins had run their prewarm.
+bool compiled_in_prewarmed_worker(const HttpResult& r) {
+  return compile_info(r).at("prewarmed").as_bool();
 }
 
 TEST(DaemonWarmWorkers, JobsRunInPrestartedWorkersThatRanTheirPluginsPrewarm) {
@@ -181,6 +184,19 @@ TEST(DaemonWarmWorkers, JobsRunInPrestartedWorkersThatRanTheirPluginsPrewarm) {
     ASSERT_EQ(r.status, 200u) << r.body();
     EXPECT_TRUE(r.json_body().at("kernel_exec_result").at("correctness").as_bool()) << r.body();
     EXPECT_EQ(compiled_in_prewarmed_worker(r), i > 0) << "job " << i << ": " << r.body();
+    // A prewarm is no job's GPU time: it runs in the background from the runner's start
+    // (worker/isolation/cpu_priority.hpp), where the job's account says runners were sent there.
+    if (i > 0) {
+      const auto& priority = r.json_body()
+                                 .at("kernel_exec_result")
+                                 .at("metadata")
+                                 .at("profiling")
+                                 .at("sampling")
+                                 .at("cpu_priority")
+                                 .as_string();
+      const bool background = priority.find("waited at nice 10") != json::string::npos;
+      EXPECT_EQ(compile_info(r).at("prewarm_nice"), background ? 10 : 0) << r.body();
+    }
     // Every job says how long it waited for its worker; a prestarted one also how long its
     // prewarm took.
     const json::value body = r.json_body();

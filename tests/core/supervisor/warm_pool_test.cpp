@@ -105,7 +105,9 @@ TEST(WarmPool, APoolGrowsWithItsSetsDemandWithinMemoryAndShrinksAfter) {
   auto& memory = scripted.memory;
   auto& pool = scripted.pool;
   const auto fault = set_of({"libkeval_fault_plugin.so"});
-  EXPECT_EQ(pool.take(fault), nullptr);
+  EXPECT_EQ(pool.take(fault), nullptr); // learns the set (readied for a burst: the next test)
+  now += WarmPool::kDemandMemory + std::chrono::seconds(1);
+  EXPECT_NE(pool.take(fault), nullptr);
   EXPECT_EQ(pool.stats().ready, 2u); // 1 + one job in the window
   EXPECT_NE(pool.take(fault), nullptr);
   EXPECT_EQ(pool.stats().ready, 3u); // 1 + two, the most it may keep
@@ -128,6 +130,33 @@ TEST(WarmPool, APoolGrowsWithItsSetsDemandWithinMemoryAndShrinksAfter) {
   EXPECT_GE(stats.held_back_by_memory, 1u);
 }
 
+// A set's first job may start a burst (20 back-to-back compares): the pool readies max_size for
+// it at once, rather than grow with the jobs that come and have the fourth wait for a worker
+// started at the first; within memory, and only for as long as a busiest window is remembered.
+TEST(WarmPool, ASetsFirstJobReadiesThePoolForABurstWithinMemoryUntilForgotten) {
+  ScriptedPool scripted(1, 4);
+  auto& now = scripted.now;
+  auto& pool = scripted.pool;
+  const auto fault = set_of({"libkeval_fault_plugin.so"});
+  EXPECT_EQ(pool.take(fault), nullptr);
+  EXPECT_EQ(pool.stats().ready, 4u); // max_size, not 1 + this job
+  EXPECT_EQ(pool.stats().target, 4u);
+  now += std::chrono::minutes(5); // no burst came yet: still ready for one
+  EXPECT_NE(pool.take(fault), nullptr);
+  EXPECT_EQ(pool.stats().ready, 4u);
+
+  now += WarmPool::kDemandMemory + std::chrono::seconds(1); // forgotten: 1 + this job
+  EXPECT_NE(pool.take(fault), nullptr);
+  EXPECT_EQ(pool.stats().ready, 2u);
+
+  // Short of memory, a new set gets `size` and no more.
+  ScriptedPool short_of_memory(1, 4);
+  short_of_memory.memory = false;
+  EXPECT_EQ(short_of_memory.pool.take(fault), nullptr);
+  EXPECT_EQ(short_of_memory.pool.stats().ready, 1u);
+  EXPECT_GE(short_of_memory.pool.stats().held_back_by_memory, 1u);
+}
+
 // A reinforcement-learning loop sends a burst every training step: the next burst, minutes later,
 // finds the workers the last one grew (its first job does not see a quiet window and let them
 // go), while the machine has memory to spare; short of memory, only the current demand is kept.
@@ -138,16 +167,18 @@ TEST(WarmPool, TheBusiestWindowIsRememberedForTheNextBurstWhileMemoryAllows) {
   auto& pool = scripted.pool;
   const auto fault = set_of({"libkeval_fault_plugin.so"});
   const auto burst = [&] {
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < 2; ++i)
       pool.take(fault);
   };
+  pool.take(fault); // learns the set; its first job's readiness is forgotten before the burst
+  now += WarmPool::kDemandMemory + std::chrono::seconds(1);
   burst();
-  EXPECT_EQ(pool.stats().ready, 4u); // 1 + three jobs in the window
+  EXPECT_EQ(pool.stats().ready, 3u); // 1 + two jobs in the window
 
   now += std::chrono::minutes(5); // the next training step
   EXPECT_NE(pool.take(fault), nullptr);
-  EXPECT_EQ(pool.stats().ready, 4u) << "the first job of the next burst let the grown pool go";
-  EXPECT_EQ(pool.stats().target, 4u);
+  EXPECT_EQ(pool.stats().ready, 3u) << "the first job of the next burst let the grown pool go";
+  EXPECT_EQ(pool.stats().target, 3u);
 
   burst();
   now += std::chrono::minutes(5);

@@ -16,7 +16,8 @@
 //   fork_and_hang        launch forks a child that sleeps forever, then works (process-group kill)
 //
 // The plugin has an SDK 1.1 prewarm hook; info_json reports whether it ran in this process
-// ("prewarmed"), so tests see that a job landed in a prestarted worker.
+// ("prewarmed") and at which nice value ("prewarm_nice"), so tests see that a job landed in a
+// prestarted worker, and that its prewarm ran in the background.
 //
 // Only metadata.fault_side ("ref" or "custom", default both) misbehaves, so a compare can pair
 // a healthy reference with a faulty candidate.
@@ -32,6 +33,7 @@
 #include <system_error>
 #include <thread>
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -41,6 +43,7 @@ namespace {
 using keval::sdk::Error;
 
 bool g_prewarmed = false; // set by FaultPlugin::prewarm in a worker started ahead of its job
+int g_prewarm_nice = 0;   // this process's nice value as its prewarm ran
 
 // The plugin reads two flat metadata fields; a full JSON parser would be a dependency the
 // SDK does not need. Values are simple: "key": "text" or "key": number.
@@ -166,7 +169,8 @@ public:
 
   std::string info_json() const override {
     return "{\"fault\": \"" + fault_ + "\", \"scale\": " + std::to_string(scale_) +
-           ", \"prewarmed\": " + (g_prewarmed ? "true" : "false") + "}";
+           ", \"prewarmed\": " + (g_prewarmed ? "true" : "false") +
+           ", \"prewarm_nice\": " + std::to_string(g_prewarm_nice) + "}";
   }
 
 private:
@@ -183,7 +187,10 @@ struct FaultPlugin {
                                      KEVAL_CAP_DEVICE_CPU | KEVAL_CAP_REQUIRES_IO_CONTRACT);
   }
 
-  static void prewarm() { g_prewarmed = true; }
+  static void prewarm() {
+    g_prewarmed = true;
+    g_prewarm_nice = ::getpriority(PRIO_PROCESS, 0);
+  }
 
   static std::unique_ptr<keval::sdk::Kernel> compile(const keval::sdk::CompileInput& in) {
     std::string fault = metadata_field(in.metadata_json, "fault");
