@@ -1,5 +1,6 @@
 #include "worker/isolation/sandbox.hpp"
 
+#include "common/address_sanitizer.hpp"
 #include "common/control_file.hpp"
 #include "common/remove_tree.hpp"
 #include "worker/engine/work_queues.hpp"
@@ -239,20 +240,6 @@ std::vector<std::string> writable_devices() {
     files.push_back(it->path().string());
   return files;
 }
-
-// AddressSanitizer maps terabytes of shadow memory as private writable mappings, all of which
-// RLIMIT_DATA counts: a sanitized runner could not even start under it.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAddressSanitizer = true;
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
 
 // The memory limit a runner's rlimit enforces, for explain_allocation_failure (0: none).
 std::atomic<uint64_t> rlimit_memory_bytes{0};
@@ -507,6 +494,8 @@ json::object apply_sandbox(const SandboxPolicy& policy, int* channel_fd) {
                                        : !policy.cgroup_skipped.empty() ? policy.cgroup_skipped
                                                                         : "no delegated cgroup v2";
     std::string e;
+    // AddressSanitizer maps terabytes of shadow memory as private writable mappings, all of
+    // which RLIMIT_DATA counts: a sanitized runner could not even start under it.
     if (kAddressSanitizer) {
       report.add("memory", false,
                  "this keval-worker is built with AddressSanitizer, whose shadow memory "

@@ -230,7 +230,9 @@ TEST(SourceReferences, SurvivesHostileInput) {
 
 TEST(SourceReferences, OverlappingReferencesStayLinear) {
   // 4 MiB of `a` against references that almost match everywhere: a naive scan would compare
-  // every reference at every token.
+  // every reference at every token, 200 references of up to 200 tokens each. Measured against the
+  // same scan for one short reference in the same process, not against a wall-clock bound: the
+  // sanitized, unoptimised build that CI also runs is many times slower than a release build.
   std::string source;
   for (size_t i = 0; source.size() < kMaxReferenceScanBytes; ++i)
     source += "a ";
@@ -241,12 +243,17 @@ TEST(SourceReferences, OverlappingReferencesStayLinear) {
     refs.push_back(prefix + "b");
   }
   refs.emplace_back("a a");
-  const auto start = std::chrono::steady_clock::now();
-  const ReferenceCheck check = check_source_references({{"big.cu", source}}, {{}, refs});
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_TRUE(check.passed) << check.message;
-  EXPECT_LT(seconds, 5.0);
+  const auto scan = [&](const std::vector<std::string>& references) {
+    const auto start = std::chrono::steady_clock::now();
+    const ReferenceCheck check = check_source_references({{"big.cu", source}}, {{}, references});
+    EXPECT_TRUE(check.passed) << check.message;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  const double one = scan({"a a"});
+  const double all = scan(refs);
+  RecordProperty("one_reference_s", std::to_string(one));
+  RecordProperty("overlapping_references_s", std::to_string(all));
+  EXPECT_LT(all, 10 * one) << "one reference " << one << " s, 201 overlapping " << all << " s";
 }
 
 } // namespace

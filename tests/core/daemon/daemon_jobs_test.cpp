@@ -187,13 +187,13 @@ TEST(DaemonWarmWorkers, JobsRunInPrestartedWorkersThatRanTheirPluginsPrewarm) {
     // A prewarm is no job's GPU time: it runs in the background from the runner's start
     // (worker/isolation/cpu_priority.hpp), where the job's account says runners were sent there.
     if (i > 0) {
-      const auto& priority = r.json_body()
-                                 .at("kernel_exec_result")
-                                 .at("metadata")
-                                 .at("profiling")
-                                 .at("sampling")
-                                 .at("cpu_priority")
-                                 .as_string();
+      const json::string priority(r.json_body()
+                                      .at("kernel_exec_result")
+                                      .at("metadata")
+                                      .at("profiling")
+                                      .at("sampling")
+                                      .at("cpu_priority")
+                                      .as_string());
       const bool background = priority.find("waited at nice 10") != json::string::npos;
       EXPECT_EQ(compile_info(r).at("prewarm_nice"), background ? 10 : 0) << r.body();
     }

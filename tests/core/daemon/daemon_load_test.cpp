@@ -1,5 +1,6 @@
 // The daemon under sustained load: 500 jobs through kept-alive connections, and its memory and
 // descriptors measured at job 100 and job 500.
+#include "common/address_sanitizer.hpp"
 #include "support/daemon_harness.hpp"
 
 #include <atomic>
@@ -89,13 +90,13 @@ std::string run_jobs(std::deque<HttpClient>& clients, size_t first, size_t last)
 
 TEST(DaemonLoad, MemoryAndDescriptorsStayFlatOver500Jobs) {
   std::vector<std::string> env;
-#if defined(__SANITIZE_ADDRESS__)
-  // ASan keeps freed memory in a quarantine (256 MiB by default): cap it, or the measurement
-  // shows the quarantine filling rather than the daemon's own growth.
-  const char* asan = std::getenv("ASAN_OPTIONS");
-  env.push_back(std::string("ASAN_OPTIONS=") + (asan ? std::string(asan) + ":" : "") +
-                "quarantine_size_mb=4:thread_local_quarantine_size_kb=64");
-#endif
+  if (kAddressSanitizer) {
+    // ASan keeps freed memory in a quarantine (256 MiB by default): cap it, or the measurement
+    // shows the quarantine filling rather than the daemon's own growth.
+    const char* asan = std::getenv("ASAN_OPTIONS");
+    env.push_back(std::string("ASAN_OPTIONS=") + (asan ? std::string(asan) + ":" : "") +
+                  "quarantine_size_mb=4:thread_local_quarantine_size_kb=64");
+  }
   DaemonDirs dirs;
   DaemonProcess daemon(dirs.state(), dirs.socket(), {"--max-workers", "4", "--threads", "2"}, env);
   ASSERT_TRUE(daemon.wait_ready()) << daemon.log();
