@@ -3,12 +3,12 @@
 // under a batch's compiles those round trips took up to five times as long (issue 17: a job's
 // profiling 231 to 1164 ms for the same problem in one batch), and they hold the GPU meanwhile.
 // So runners wait in the background: a runner starts at nice kBackgroundNice (its prewarm, an
-// interpreter importing torch, too: at nice 0 a pool's refills slowed the timed job as much), the
-// trusted worker sets every thread of it to that nice again at its hello (threads it starts later
-// inherit it), and brings them back to nice 0 once the job is granted its device, or for as long
-// as a prestarted runner opens its device in the machine's turn or warms the GPU up (both hold
-// what the timed job may wait for). Queued jobs keep compiling, and pools refilling, beside the
-// timed one at a tenth of its weight.
+// interpreter importing torch, too: at nice 0 a pool's refills slowed the timed job as much;
+// every thread and child it starts inherits that), and the trusted worker brings all of them back
+// to nice 0 once the job is granted its device, and sends them back after each time it brought
+// them forward: while a prestarted runner opens its device in the machine's turn or warms the
+// GPU up (both hold what the timed job may wait for). Queued jobs keep compiling, and pools
+// refilling, beside the timed one at a tenth of its weight.
 //
 // Lowering a nice value needs CAP_SYS_NICE (the runners may be of other uids, too): a worker
 // without it leaves its runners at nice 0, as before, and says why (background_unavailable).

@@ -205,8 +205,9 @@ pid_t spawn_with_channel(const std::filesystem::path& exe, const std::vector<std
       0, 0
     };
     ::setrlimit(RLIMIT_CORE, &no_core);
-    // Not checked: a runner left at our own nice is no fault, and its hello sets it again (and
-    // says what could not be set).
+    // Not checked: raising a nice value needs no privilege, and lowering one (a worker above
+    // `nice` itself) is asked for only with CAP_SYS_NICE (cpu_priority.hpp), which the child
+    // still has here; a runner left at our own nice would only wait in the foreground.
     if (nice != 0)
       ::setpriority(PRIO_PROCESS, 0, nice);
     sigset_t none;

@@ -145,8 +145,7 @@ json::object RunnerClient::await_hello() {
     json::object hello = receive("starting");
     if (hello.at("type") != runner_msg::kHello)
       fail("starting", "sent something other than its hello");
-    set_background(true);
-    return hello;
+    return hello; // at its background nice since its start (spawn), threads and children too
   } catch (const RunnerFailure&) {
     throw;
   } catch (const protocol::ProtocolError&) {

@@ -51,8 +51,8 @@ public:
   pid_t pid() const { return pid_; }
 
   // The runner's hello (sent before any user code loads, so it can be believed). Throws
-  // RunnerFailure. Once it has come (the runner's prewarm done), the runner waits in the
-  // background where its place says so (worker/isolation/cpu_priority.hpp).
+  // RunnerFailure. The runner has waited in the background since its start where its place says
+  // so (worker/isolation/cpu_priority.hpp), and goes on waiting there.
   boost::json::object await_hello();
   // Every thread of the runner's tree to its place's background nice value (true) or to 0
   // (false); nothing where the place has none. Returns what could not be set ("" when all

@@ -156,8 +156,7 @@ TEST_F(DaemonJobs, AHungJobTimesOutWith500WhileOtherJobsProceed) {
 }
 
 // The fault plugin's compile info: whether its prewarm ran in this worker, and at which nice.
-json::object compile_info(const HttpResult& r) {
-  const json::object body = r.json_body();
+const json::object& compile_info(const json::value& body) {
   return body.at("kernel_exec_result")
       .at("metadata")
       .at("compile")
@@ -168,7 +167,7 @@ json::object compile_info(const HttpResult& r) {
 
 // Whether the job's kernel was compiled in a worker whose plugins had run their prewarm.
 bool compiled_in_prewarmed_worker(const HttpResult& r) {
-  return compile_info(r).at("prewarmed").as_bool();
+  return compile_info(r.json_body()).at("prewarmed").as_bool();
 }
 
 TEST(DaemonWarmWorkers, JobsRunInPrestartedWorkersThatRanTheirPluginsPrewarm) {
@@ -182,31 +181,31 @@ TEST(DaemonWarmWorkers, JobsRunInPrestartedWorkersThatRanTheirPluginsPrewarm) {
   for (int i = 0; i < 4; ++i) {
     const auto r = HttpClient(dirs.socket()).post("/evaluate", fault_evaluate({}));
     ASSERT_EQ(r.status, 200u) << r.body();
-    EXPECT_TRUE(r.json_body().at("kernel_exec_result").at("correctness").as_bool()) << r.body();
-    EXPECT_EQ(compiled_in_prewarmed_worker(r), i > 0) << "job " << i << ": " << r.body();
+    const json::value body = r.json_body();
+    EXPECT_TRUE(body.at("kernel_exec_result").at("correctness").as_bool()) << r.body();
+    const json::object& info = compile_info(body);
+    EXPECT_EQ(info.at("prewarmed").as_bool(), i > 0) << "job " << i << ": " << r.body();
     // A prewarm is no job's GPU time: it runs in the background from the runner's start
     // (worker/isolation/cpu_priority.hpp), where the job's account says runners were sent there.
     if (i > 0) {
-      const json::string priority(r.json_body()
-                                      .at("kernel_exec_result")
-                                      .at("metadata")
-                                      .at("profiling")
-                                      .at("sampling")
-                                      .at("cpu_priority")
-                                      .as_string());
+      const auto& priority = body.at("kernel_exec_result")
+                                 .at("metadata")
+                                 .at("profiling")
+                                 .at("sampling")
+                                 .at("cpu_priority")
+                                 .as_string();
       const bool background = priority.find("waited at nice 10") != json::string::npos;
-      EXPECT_EQ(compile_info(r).at("prewarm_nice"), background ? 10 : 0) << r.body();
+      EXPECT_EQ(info.at("prewarm_nice"), background ? 10 : 0) << r.body();
     }
     // Every job says how long it waited for its worker; a prestarted one also how long its
     // prewarm took.
-    const json::value body = r.json_body();
     const auto& worker = body.at("kernel_exec_result").at("metadata").at("worker");
     EXPECT_GE(worker.at("ready_wait_ms").to_number<double>(), 0) << r.body();
     EXPECT_EQ(worker.as_object().contains("prewarm"), i > 0) << r.body();
     if (i > 0) {
       EXPECT_GE(worker.at("prewarm").at("total_s").to_number<double>(), 0) << r.body();
     }
-    ids.insert(std::string(r.json_body().at("job_id").as_string()));
+    ids.insert(std::string(body.at("job_id").as_string()));
   }
   EXPECT_EQ(ids.size(), 4u);
   const json::value all = stats(dirs.socket());
