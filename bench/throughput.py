@@ -231,11 +231,7 @@ def run_keval(args, jobs, label="keval"):
                   f"{mean_of('device_turn_wait_s'):.2f} s (taken meanwhile "
                   f"{mean_of('device_turn_wait_taken_s'):.2f} s), opens "
                   f"{mean_of('device_open_s'):.2f} s")
-        warm, warm_before = after.get("warm_workers", {}), before.get("warm_workers", {})
-        if warm:
-            print("   prestarted workers over the batch: " + "  ".join(
-                f"{k} {warm.get(k + '_total', 0) - warm_before.get(k + '_total', 0)}"
-                for k in ("taken", "taken_out_of_order", "missed", "died_idle")))
+        print_pool("the batch", after, before)
         return {"wall_s": wall, "latencies_s": latencies, "failures": failures,
                 "gpu_busy_fraction": busy / 1000 / wall / gpus, "time_breakdown": stages,
                 "profiling_ms_per_job": {k: v / len(jobs) for k, v in profiling_ms.items()}}
@@ -289,6 +285,23 @@ def step_means(timelines):
     return means
 
 
+def print_pool(over, after, before):
+    """The pool of prestarted workers over a run (/stats warm_workers before and after), and the
+    GPU memory it was sized by (supervisor/gpu_memory.hpp)."""
+    warm, warm_before = after.get("warm_workers", {}), before.get("warm_workers", {})
+    if not warm:
+        return
+    print(f"   prestarted workers over {over}: " + "  ".join(
+        f"{k} {warm.get(k + '_total', 0) - warm_before.get(k + '_total', 0)}"
+        for k in ("taken", "taken_out_of_order", "missed", "died_idle", "held_back_by_memory",
+                  "held_back_by_gpu_memory")) + f"  ready at the end {warm.get('ready', 0)}")
+    for gpu in warm.get("gpu_memory", []):
+        print(f"   GPU {gpu['gpu']} at its latest reading: "
+              f"{gpu['free_bytes'] / 2**30:.1f} of {gpu['total_bytes'] / 2**30:.1f} GiB free "
+              f"({gpu['free_fraction']:.2f}), prestarted workers open there: "
+              f"{gpu['prestarted_workers_open']}")
+
+
 def run_sequence(args, n):
     request = json.loads(Path(args.sequence_request).read_text())
     if args.sequence_max_noise is not None:
@@ -309,7 +322,9 @@ def run_sequence(args, n):
                 print(f"   ... {args.burst_gap:g} s without requests")
                 time.sleep(args.burst_gap)
             label = "sequence" if args.bursts == 1 else f"burst {k + 1}"
+            before = client.stats()
             bursts.append(run_burst(client, request, n, label, responses))
+            print_pool(f"the {label}", client.stats(), before)
         if args.bursts == 1:
             return bursts[0]
         return {"bursts": bursts}

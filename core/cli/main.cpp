@@ -127,7 +127,9 @@ options (serve):
                             set's jobs of the last 10 s; its busiest 10 s are kept for 10 min,
                             for the next burst; its first job counts as N, the start of a
                             burst) up to N, while a quarter of the machine's memory is free
-                            (default: half the CPU cores, at most 6; 0: no growth)
+                            and, where idle workers open the GPU ahead, half of its memory at
+                            the workers' latest reading (default: half the CPU cores, at most
+                            6; 0: no growth)
   --max-body-bytes N        request body limit; larger bodies get 413 (default 67108864)
   --http-timeout SECONDS    limit on every read of a request (an idle kept-alive connection
                             included: it is closed after this) and write of a response (default 30)

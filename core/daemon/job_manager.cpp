@@ -6,6 +6,7 @@
 #include "protocol/job_contract.hpp"
 #include "result/response.hpp"
 #include "store/job_store.hpp"
+#include "supervisor/gpu_memory.hpp"
 #include "supervisor/orphan_reaper.hpp"
 #include "supervisor/warm_pool.hpp"
 #include "supervisor/worker_session.hpp"
@@ -82,8 +83,10 @@ public:
     if (config_.warm_workers > 0)
       warm_ = std::make_unique<supervisor::WarmPool>(
           executor_, config_.worker_exe, config_.sandbox,
-          supervisor::WarmPool::Sizing{.size = config_.warm_workers,
-                                       .max_size = config_.warm_workers_max});
+          supervisor::WarmPool::Sizing{
+              .size = config_.warm_workers,
+              .max_size = config_.warm_workers_max,
+              .gpu_memory_to_spare = [this] { return gpu_memory_.to_spare(); }});
   }
 
   // --- start-up ------------------------------------------------------------------------------
@@ -252,6 +255,7 @@ public:
       s.warm = warm_->stats();
       s.warm_capacity = config_.warm_workers;
       s.warm_max = std::max(config_.warm_workers, config_.warm_workers_max);
+      s.gpu_memory = gpu_memory_.report(supervisor::GpuMemoryReadings::Clock::now());
     }
     const store::StoreUsage usage = store_.usage();
     s.state =
@@ -613,6 +617,11 @@ private:
   }
 
   void finish(const std::shared_ptr<Job>& job, supervisor::SessionOutcome outcome) {
+    const auto now = supervisor::GpuMemoryReadings::Clock::now();
+    if (outcome.prestart_device_memory)
+      gpu_memory_.record_prestarted(*outcome.prestart_device_memory, now);
+    if (outcome.device_memory)
+      gpu_memory_.record_job(*outcome.device_memory, now);
     std::vector<JobDone> waiters;
     const json::object record = update(job, [&](Job& j) {
       if (j.ticket) // the worker is gone: the device is free now, not after the write
@@ -742,6 +751,8 @@ private:
   const JobManagerConfig config_;
   const store::JobStore store_;
   job::RunOptions run_options_;
+  // What the workers last read of the GPUs' memory (its own lock): the pool grows by it.
+  supervisor::GpuMemoryReadings gpu_memory_;
   std::unique_ptr<supervisor::WarmPool> warm_; // null: --warm-workers 0
 
   mutable std::mutex mutex_; // everything below

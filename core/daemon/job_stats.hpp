@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 
 namespace keval::daemon {
@@ -126,6 +127,7 @@ struct StatsSnapshot {
   supervisor::WarmPoolStats warm; // prestarted workers (keval serve --warm-workers)
   size_t warm_capacity = 0;       // prestarted workers kept per prewarm set
   size_t warm_max = 0;            // ... at most, when a set's demand asks for more
+  boost::json::array gpu_memory;  // GpuMemoryReadings::report, where the pool is kept
   ConnectionStats connections;
   StateStats state;
 };

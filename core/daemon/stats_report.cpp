@@ -46,6 +46,8 @@ json::object stats_json(const StatsSnapshot& s) {
                          {"max_per_set", s.warm_max},
                          {"target", s.warm.target},
                          {"held_back_by_memory_total", s.warm.held_back_by_memory},
+                         {"held_back_by_gpu_memory_total", s.warm.held_back_by_gpu_memory},
+                         {"gpu_memory", s.gpu_memory},
                          {"sets", s.warm.sets},
                          {"ready", s.warm.ready},
                          {"prewarmed", s.warm.prewarmed},

@@ -74,6 +74,42 @@ json::array array_or_empty(const json::object& o, const char* key) {
   return v != nullptr && v->is_array() ? v->as_array() : json::array();
 }
 
+// `device_memory` of a hello or done: absent, or a reading whose numbers add up.
+std::optional<DeviceMemoryReading> device_memory_at(const json::object& m, const char* message) {
+  const json::value* v = m.if_contains("device_memory");
+  if (v == nullptr)
+    return std::nullopt;
+  const std::string where = std::string("'device_memory' of ") + message;
+  if (!v->is_object())
+    throw ProtocolError(where + " is not an object");
+  const json::object& o = v->get_object();
+  const auto bytes = [&](const char* key) {
+    const json::value* n = o.if_contains(key);
+    if (n != nullptr && n->is_uint64())
+      return n->as_uint64();
+    if (n != nullptr && n->is_int64() && n->as_int64() >= 0)
+      return static_cast<uint64_t>(n->as_int64());
+    throw ProtocolError(where + ": '" + key + "' is not a non-negative integer");
+  };
+  DeviceMemoryReading reading;
+  const json::value* gpu = o.if_contains("gpu");
+  if (gpu == nullptr || !gpu->is_string() || gpu->get_string().empty())
+    throw ProtocolError(where + ": 'gpu' is not a non-empty string");
+  reading.gpu = std::string(gpu->get_string());
+  reading.free_bytes = bytes("free_bytes");
+  reading.total_bytes = bytes("total_bytes");
+  if (reading.total_bytes == 0 || reading.free_bytes > reading.total_bytes)
+    throw ProtocolError(where + ": 'free_bytes' " + std::to_string(reading.free_bytes) +
+                        " of 'total_bytes' " + std::to_string(reading.total_bytes));
+  return reading;
+}
+
+json::object device_memory_json(const DeviceMemoryReading& reading) {
+  return {{"gpu", reading.gpu},
+          {"free_bytes", reading.free_bytes},
+          {"total_bytes", reading.total_bytes}};
+}
+
 template <class T> std::optional<T> optional_at(const json::object& o, const char* key) {
   const json::value* v = o.if_contains(key);
   if (v == nullptr || v->is_null())
@@ -351,6 +387,7 @@ WorkerMessage parse_worker_message(const json::object& m) {
       h.device_turn_wait_taken_seconds = number_at(m, "device_turn_wait_taken_seconds");
     if (m.contains("device_open_seconds"))
       h.device_open_seconds = number_at(m, "device_open_seconds");
+    h.device_memory = device_memory_at(m, "hello");
     return h;
   }
   if (type == msg::kPhase) {
@@ -411,6 +448,7 @@ WorkerMessage parse_worker_message(const json::object& m) {
                             "milliseconds");
       done.origin_unix_ms = origin->to_number<double>();
     }
+    done.device_memory = device_memory_at(m, "done");
     return done;
   }
   if (type == msg::kFatal)
@@ -442,6 +480,8 @@ json::object to_frame(const WorkerMessage& message) {
             m["device_turn_wait_taken_seconds"] = *x.device_turn_wait_taken_seconds;
           if (x.device_open_seconds)
             m["device_open_seconds"] = *x.device_open_seconds;
+          if (x.device_memory)
+            m["device_memory"] = device_memory_json(*x.device_memory);
         } else if constexpr (std::is_same_v<T, PhaseMessage>) {
           m["type"] = msg::kPhase;
           m["phase"] = phase_name(x.phase);
@@ -465,6 +505,8 @@ json::object to_frame(const WorkerMessage& message) {
             m["warm_up"] = x.warm_up;
           if (x.origin_unix_ms > 0)
             m["origin_unix_ms"] = x.origin_unix_ms;
+          if (x.device_memory)
+            m["device_memory"] = device_memory_json(*x.device_memory);
         } else if constexpr (std::is_same_v<T, DeviceHandover>) {
           m["type"] = msg::kDeviceHandover;
         } else {

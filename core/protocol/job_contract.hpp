@@ -140,6 +140,16 @@ struct JobPhases {
 // ---------------------------------------------------------------------------------------------
 // Messages
 
+// A GPU's memory as its driver counted it at one moment, every process's allocations together
+// (cuMemGetInfo): what the host sizes its pools of prestarted workers by, whose idle processes
+// hold device memory a job may need (supervisor/gpu_memory.hpp). `gpu` names the device as
+// DeviceTurn::gpu_of does (its PCI bus id), the same in every process.
+struct DeviceMemoryReading {
+  std::string gpu;
+  uint64_t free_bytes = 0;
+  uint64_t total_bytes = 0; // > 0, and at least free_bytes
+};
+
 // worker -> host, first: who it is and what it prepared before its job.
 struct Hello {
   std::string worker_version;
@@ -153,6 +163,8 @@ struct Hello {
   // how long a job had already taken the worker (its `taken` had come).
   std::optional<double> device_turn_wait_seconds, device_open_seconds,
       device_turn_wait_taken_seconds;
+  // The GPU it opened ahead, read once its own context and its runners' were open.
+  std::optional<DeviceMemoryReading> device_memory;
 };
 
 // host -> worker: the job.
@@ -188,10 +200,13 @@ struct Progress {
 // send of the job comes earlier by however long the worker took to read it (a warm-up it was
 // finishing, a busy machine), so only this origin lines one job's steps up against another's.
 // 0: not sent.
+// `device_memory`: the job's GPU as the job ended (its runners stopped, not yet gone: their
+// memory still counts as used), where it had one.
 struct Done {
   boost::json::object timeline;
   boost::json::object warm_up;
   double origin_unix_ms = 0;
+  std::optional<DeviceMemoryReading> device_memory;
 };
 struct Fatal {
   std::string message;

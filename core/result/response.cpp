@@ -105,6 +105,10 @@ json::object worker_json(const supervisor::SessionOutcome& o) {
       prewarm["device_warm_up"] = o.warm_up;
     w["prewarm"] = std::move(prewarm);
   }
+  if (o.device_memory)
+    w["device_memory"] = {{"gpu", o.device_memory->gpu},
+                          {"free_bytes", o.device_memory->free_bytes},
+                          {"total_bytes", o.device_memory->total_bytes}};
   if (o.exit_code)
     w["exit_code"] = *o.exit_code;
   if (o.signal)

@@ -157,14 +157,20 @@ void WarmPool::refill(SetPool& pool) {
     return;
   }
   const Targets target = targets(pool);
-  // Past the current demand, workers are kept for a burst to come only while memory allows.
-  const size_t wanted = target.remembered > target.current && !sizing_.memory_to_spare()
-                            ? target.current
-                            : target.remembered;
+  const bool machine_memory = sizing_.memory_to_spare();
+  const bool gpu_memory = sizing_.gpu_memory_to_spare();
+  // Past the current demand, workers are kept for a burst to come only while memory allows; past
+  // `size`, none while the GPU is short: a job's memory comes before a faster start.
+  size_t wanted =
+      target.remembered > target.current && !machine_memory ? target.current : target.remembered;
+  if (!gpu_memory && wanted > sizing_.size) {
+    wanted = sizing_.size;
+    ++stats_.held_back_by_gpu_memory;
+  }
   while (pool.workers.size() > wanted)
     pool.workers.pop_back(); // the newest, which may not have finished prewarming: killed
   while (pool.workers.size() < wanted) {
-    if (pool.workers.size() >= sizing_.size && !sizing_.memory_to_spare()) {
+    if (pool.workers.size() >= sizing_.size && !machine_memory) {
       ++stats_.held_back_by_memory;
       return;
     }

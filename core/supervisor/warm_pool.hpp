@@ -23,6 +23,11 @@
 // prewarm takes 5-8 s; 20 back-to-back torch_cuda compares on an H200 after one cold compare:
 // max/median 3.15 growing with the demand, 1.42 readied; README, "Prestarted workers"). Past the
 // memory, or once the machine is short of memory, extras are let go at the next take.
+//
+// GPU memory bounds a pool too: idle workers that opened their GPU ahead hold their contexts'
+// memory there, which a job may need. While the GPUs they open on are short of it
+// (supervisor/gpu_memory.hpp: less than half free at the latest reading), a pool grows no
+// further than `size` and lets its extras go at the next take, the current demand's included.
 #pragma once
 
 #include "supervisor/worker_session.hpp"
@@ -48,14 +53,15 @@ struct WarmPoolStats {
   size_t ready = 0;     // started and waiting, over every set (some may still be prewarming)
   size_t prewarmed = 0; // of `ready`, those that have finished prewarming (said hello)
   size_t target = 0;    // what the sets' demand asks to keep ready, summed
-  size_t held_back_by_memory = 0; // times a pool did not grow for lack of memory
-  size_t sets = 0;                // prewarm sets with workers kept ready
-  size_t taken = 0;               // handed to jobs
-  size_t missed = 0;              // jobs of a prewarming set that found no worker ready for them
-  size_t taken_out_of_order = 0;  // taken ready while an older worker was still prewarming
-  size_t died_idle = 0;           // exited before any job took them
-  bool disabled = false;          // stopped refilling after repeated deaths
-  std::string last_death;         // how the last idle worker ended
+  size_t held_back_by_memory = 0;     // times a pool did not grow for lack of the machine's memory
+  size_t held_back_by_gpu_memory = 0; // ... for lack of GPU memory (GpuMemoryReadings)
+  size_t sets = 0;                    // prewarm sets with workers kept ready
+  size_t taken = 0;                   // handed to jobs
+  size_t missed = 0;             // jobs of a prewarming set that found no worker ready for them
+  size_t taken_out_of_order = 0; // taken ready while an older worker was still prewarming
+  size_t died_idle = 0;          // exited before any job took them
+  bool disabled = false;         // stopped refilling after repeated deaths
+  std::string last_death;        // how the last idle worker ended
 };
 
 class WarmPool {
@@ -71,6 +77,9 @@ public:
     // worker has finished its prewarm (PrestartedWorker::ready).
     std::function<Clock::time_point()> now = [] { return Clock::now(); };
     std::function<bool()> memory_to_spare = machine_has_memory_to_spare;
+    // Whether the GPUs idle workers hold memory on have it to spare (GpuMemoryReadings::to_spare,
+    // which `keval serve` gives). While they do not, a pool keeps `size` and no more.
+    std::function<bool()> gpu_memory_to_spare = [] { return true; };
     std::function<bool(const PrestartedWorker&)> ready = [](const PrestartedWorker& worker) {
       return worker.ready();
     };

@@ -485,6 +485,8 @@ private:
     outcome.device_turn_wait_seconds = hello_.device_turn_wait_seconds;
     outcome.device_turn_wait_taken_seconds = hello_.device_turn_wait_taken_seconds;
     outcome.device_open_seconds = hello_.device_open_seconds;
+    outcome.device_memory = done_report_.device_memory;
+    outcome.prestart_device_memory = hello_.device_memory;
     if (done_)
       outcome.after_done_ms =
           std::chrono::duration<double, std::milli>(Clock::now() - done_at_).count();

@@ -79,6 +79,10 @@ struct SessionOutcome {
       device_turn_wait_taken_seconds;
   // Its warm-up of the GPU before the job came (protocol::Done::warm_up); empty without one.
   boost::json::object warm_up;
+  // The job's GPU memory as it ended (protocol::Done::device_memory), and a prestarted worker's
+  // once it had opened the device (its hello's): the host's pools grow by them
+  // (supervisor/gpu_memory.hpp).
+  std::optional<protocol::DeviceMemoryReading> device_memory, prestart_device_memory;
 };
 
 struct SessionHandlers {

@@ -18,6 +18,7 @@
 #include "protocol/job_contract.hpp"
 #include "protocol/sandbox_policy.hpp"
 #include "worker/conformance/abi_checks.hpp"
+#include "worker/engine/device_memory.hpp"
 #include "worker/engine/device_turn.hpp"
 #include "worker/engine/work_queues.hpp"
 #include "worker/isolation/isolation.hpp"
@@ -285,6 +286,12 @@ public:
     opener_.wait();
     hello.device_open_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - opening).count();
+    // What is left of the GPU with this worker's contexts open: the host grows its pools only
+    // while idle workers leave a job half of it (supervisor/gpu_memory.hpp).
+    if (keval::worker::Engine* engine = opener_.opened()) {
+      engine->use_on_this_thread(); // opened on a thread of its own; the job's is this one
+      hello.device_memory = keval::worker::read_device_memory(*engine);
+    }
   }
 #endif
 

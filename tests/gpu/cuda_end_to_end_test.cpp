@@ -84,6 +84,14 @@ TEST_F(CudaEndToEnd, VectorAddIsCorrectAndProfiled) {
   EXPECT_GT(stats.at("median").to_number<double>(), 0.0);
   const auto& device = exec(r).at("metadata").at("device").as_object();
   EXPECT_TRUE(device.contains("gpu_type")) << json::serialize(device);
+  // The GPU's memory as the job ended, which a daemon sizes its pools of prestarted workers by
+  // (supervisor/gpu_memory.hpp): the job's own GPU, named as the timing turn names it.
+  const auto& memory = exec(r).at("metadata").at("worker").at("device_memory").as_object();
+  EXPECT_EQ(memory.at("gpu"), device.at("pci_bus_id")) << json::serialize(memory);
+  const auto total = memory.at("total_bytes").to_number<uint64_t>();
+  EXPECT_EQ(total, device.at("total_memory_bytes").to_number<uint64_t>());
+  EXPECT_GT(memory.at("free_bytes").to_number<uint64_t>(), 0u);
+  EXPECT_LT(memory.at("free_bytes").to_number<uint64_t>(), total); // its contexts use some
 }
 
 TEST_F(CudaEndToEnd, CompareOfIdenticalKernelsReportsSpeedup) {

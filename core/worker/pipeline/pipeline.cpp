@@ -14,6 +14,7 @@
 #include "tensor/stats.hpp"
 #include "worker/engine/detail/shared_host_memory.hpp"
 #include "worker/engine/detail/tensor_bytes.hpp"
+#include "worker/engine/device_memory.hpp"
 #include "worker/engine/device_turn.hpp"
 #include "worker/engine/engine.hpp"
 #include "worker/isolation/cpu_priority.hpp"
@@ -350,9 +351,16 @@ private:
   // are gone, so the GPU is handed over only with at least half of it free. Anything in doubt
   // (a process that did not stop, a device that cannot say, the host out of reach) keeps the GPU
   // held until the end, as without a handover.
+  //
+  // The reading goes to the host in `done` either way (device_memory_): its pools of prestarted
+  // workers grow only while the GPU has memory to spare.
   void hand_over_device() {
-    if (!takes_handover_ || !engine_) // a CPU engine cannot say its memory: never handed over
+    if (!engine_)
       return;
+    if (!takes_handover_) {
+      device_memory_ = read_device_memory(*engine_);
+      return;
+    }
     std::vector<pid_t> roots;
     for (const auto& side : sides_)
       if (side->runner)
@@ -360,14 +368,10 @@ private:
     isolation::PausedProcesses stopped = isolation::PausedProcesses::pause(
         roots, [](pid_t) { return true; }, kPauseWaitMs);
     const bool all_stopped = stopped.failure().empty();
-    std::optional<Engine::DeviceMemory> memory;
-    try {
-      memory = engine_->device_memory();
-    } catch (const std::exception& e) {
-      spdlog::debug("job {}: the device's memory cannot be read ({})", job_.job_id, e.what());
-    }
+    device_memory_ = read_device_memory(*engine_); // nullopt for a CPU engine: never handed over
     stopped.kill();
-    if (!all_stopped || !memory || memory->free_bytes < memory->total_bytes / 2)
+    if (!all_stopped || !device_memory_ ||
+        device_memory_->free_bytes < device_memory_->total_bytes / 2)
       return;
     try {
       channel_.send(protocol::to_frame(protocol::DeviceHandover{}));
@@ -2106,8 +2110,8 @@ private:
 
   void finish() {
     std::fflush(stdout);
-    channel_.send(
-        protocol::to_frame(protocol::Done{timeline_, runners_.device_warm_up(), started_unix_ms_}));
+    channel_.send(protocol::to_frame(
+        protocol::Done{timeline_, runners_.device_warm_up(), started_unix_ms_, device_memory_}));
   }
 
   protocol::BlockingChannel& channel_;
@@ -2131,6 +2135,8 @@ private:
   // A warm-up's look at the wish takes its file for a moment: a few tries cover it.
   static constexpr std::chrono::milliseconds kTimingWishPatience{50};
   bool takes_handover_ = false; // the grant's: the host takes a device_handover
+  // The GPU's memory as the job ended (hand_over_device), for `done`.
+  std::optional<protocol::DeviceMemoryReading> device_memory_;
   int64_t next_binding_ = 1;
   int64_t companion_seq_ = 0;
   Clock::time_point started_ = Clock::now();

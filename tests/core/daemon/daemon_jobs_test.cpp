@@ -225,6 +225,9 @@ TEST(DaemonWarmWorkers, JobsRunInPrestartedWorkersThatRanTheirPluginsPrewarm) {
   EXPECT_LE(warm.at("prewarmed").to_number<int64_t>(), warm.at("ready").to_number<int64_t>());
   EXPECT_EQ(warm.at("died_idle_total"), 0);
   EXPECT_FALSE(warm.at("disabled").as_bool());
+  // CPU jobs read no GPU's memory, so nothing of it held the pool back (supervisor/gpu_memory).
+  EXPECT_TRUE(warm.at("gpu_memory").as_array().empty()) << json::serialize(warm);
+  EXPECT_EQ(warm.at("held_back_by_gpu_memory_total"), 0);
 }
 
 TEST(DaemonWarmWorkers, ZeroMeansEveryJobStartsItsOwnWorker) {

@@ -93,6 +93,46 @@ TEST(JobContract, DoneCarriesAPrestartedWorkersWarmUp) {
   }
 }
 
+// What the host's pools grow by (supervisor/gpu_memory.hpp): a reading whose numbers add up, in
+// a hello or a done, or none at all.
+TEST(JobContract, HelloAndDoneCarryAGpusMemoryReadingChecked) {
+  const DeviceMemoryReading reading{"0000:00:06.0", 96ull << 30, 140ull << 30};
+  Done done;
+  done.device_memory = reading;
+  const auto done_back = std::get<Done>(parse_worker_message(to_frame(WorkerMessage{done})));
+  ASSERT_TRUE(done_back.device_memory);
+  EXPECT_EQ(done_back.device_memory->gpu, reading.gpu);
+  EXPECT_EQ(done_back.device_memory->free_bytes, reading.free_bytes);
+  EXPECT_EQ(done_back.device_memory->total_bytes, reading.total_bytes);
+  Hello hello;
+  hello.pid = 7;
+  hello.device_memory = reading;
+  const auto hello_back = std::get<Hello>(parse_worker_message(to_frame(WorkerMessage{hello})));
+  ASSERT_TRUE(hello_back.device_memory);
+  EXPECT_EQ(hello_back.device_memory->free_bytes, reading.free_bytes);
+  EXPECT_FALSE(std::get<Done>(parse_worker_message(parse(R"({"type":"done"})"))).device_memory);
+  EXPECT_FALSE(
+      std::get<Hello>(parse_worker_message(parse(R"({"type":"hello","pid":1})"))).device_memory);
+
+  for (const char* bad : {
+           R"({"type":"done","device_memory":"96 GiB"})",
+           R"({"type":"done","device_memory":{"free_bytes":1,"total_bytes":2}})",
+           R"({"type":"done","device_memory":{"gpu":"","free_bytes":1,"total_bytes":2}})",
+           R"({"type":"done","device_memory":{"gpu":"0","free_bytes":-1,"total_bytes":2}})",
+           R"({"type":"done","device_memory":{"gpu":"0","free_bytes":1.5,"total_bytes":2}})",
+           R"({"type":"done","device_memory":{"gpu":"0","free_bytes":3,"total_bytes":2}})",
+           R"({"type":"done","device_memory":{"gpu":"0","free_bytes":0,"total_bytes":0}})",
+           R"({"type":"hello","pid":1,"device_memory":{"gpu":"0","total_bytes":2}})",
+       }) {
+    try {
+      parse_worker_message(parse(bad));
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find("'device_memory'"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(JobContract, MessagesAreCheckedAsTheyAreRead) {
   EXPECT_TRUE(std::holds_alternative<Done>(parse_worker_message(parse(R"({"type":"done"})"))));
   const auto need =

@@ -36,11 +36,13 @@ struct ScriptedPool {
                               .max_size = max_size,
                               .max_sets = 4,
                               .now = [this] { return now; },
-                              .memory_to_spare = [this] { return memory; }}) {}
+                              .memory_to_spare = [this] { return memory; },
+                              .gpu_memory_to_spare = [this] { return gpu_memory; }}) {}
 
   boost::asio::io_context ctx;
   WarmPool::Clock::time_point now = WarmPool::Clock::time_point{} + std::chrono::hours(1);
   bool memory = true;
+  bool gpu_memory = true;
   WarmPool pool;
 };
 
@@ -185,6 +187,38 @@ TEST(WarmPool, TheBusiestWindowIsRememberedForTheNextBurstWhileMemoryAllows) {
   memory = false; // the machine needs its memory back: extras past the current demand go
   EXPECT_NE(pool.take(fault), nullptr);
   EXPECT_EQ(pool.stats().ready, 2u); // 1 + this job
+}
+
+// Idle workers hold GPU memory a job may need: while the GPU they open on is short of it
+// (supervisor/gpu_memory.hpp), a pool keeps `size` and no more, a burst's workers included, and
+// grows again once it is not.
+TEST(WarmPool, APoolShortOfGpuMemoryKeepsItsSizeAndNoMoreThenGrowsBack) {
+  ScriptedPool scripted(1, 4);
+  auto& now = scripted.now;
+  auto& gpu_memory = scripted.gpu_memory;
+  auto& pool = scripted.pool;
+  const auto fault = set_of({"libkeval_fault_plugin.so"});
+  gpu_memory = false;
+  EXPECT_EQ(pool.take(fault), nullptr); // a first job would ready 4
+  EXPECT_EQ(pool.stats().ready, 1u);
+  EXPECT_GE(pool.stats().held_back_by_gpu_memory, 1u);
+  EXPECT_EQ(pool.stats().held_back_by_memory, 0u); // the machine's memory is not what is short
+
+  gpu_memory = true;
+  EXPECT_NE(pool.take(fault), nullptr);
+  EXPECT_EQ(pool.stats().ready, 4u); // the burst remembered from the first job
+
+  // Mid-burst, a job's reading finds the GPU short: the extras go at the next take, the
+  // current demand's too (the machine's memory alone would keep those).
+  now += std::chrono::seconds(1);
+  EXPECT_NE(pool.take(fault), nullptr);
+  EXPECT_EQ(pool.stats().ready, 4u);
+  gpu_memory = false;
+  const size_t held_back = pool.stats().held_back_by_gpu_memory;
+  EXPECT_NE(pool.take(fault), nullptr);
+  EXPECT_EQ(pool.stats().ready, 1u);
+  EXPECT_GT(pool.stats().held_back_by_gpu_memory, held_back);
+  EXPECT_EQ(pool.stats().target, 4u) << "the demand is still known; memory holds it back";
 }
 
 TEST(WarmPool, MemoryToSpareIsAQuarterOfTheMachineAvailable) {
