@@ -94,7 +94,11 @@ public:
   // CPU work (an interpreter and `import torch` per runner, ~3 s), so a pool larger than the
   // cores can prewarm at once only makes each worker later; and demand past about one job a
   // second needs that many (20 back-to-back load_inline compares on the H200's 16 cores: p95
-  // 4.62 s with a fixed pool of 2, 1.38 s growing to 6; README, "Prestarted workers").
+  // 4.62 s with a fixed pool of 2, 1.38 s growing to 6; README, "Prestarted workers"). Not 8,
+  // though a burst's refills prewarm in 5 to 9 s beside its jobs (a second each): with 6 the
+  // seventh to ninth jobs of a burst waited up to 0.8 s for their workers on the H200 and with 8
+  // none did, but 8 for each of a mixed batch's sets made its jobs 17 % slower (35.7 against 43.1
+  // jobs/min): that many prewarms beside them.
   static constexpr size_t kDefaultMaxSize = 6;
   static size_t default_max_size(size_t size, size_t cores);
 
