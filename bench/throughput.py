@@ -129,11 +129,16 @@ def flat_time_ms(metadata):
     """Profiling's sampling.time_ms, its nested parts named "part.sub"."""
     spent = metadata.get("profiling", {}).get("sampling", {}).get("time_ms", {})
     flat = {}
-    for part, ms in spent.items():
-        if isinstance(ms, dict):
-            flat.update({f"{part}.{sub}": v for sub, v in ms.items()})
+
+    def add(name, value):
+        if isinstance(value, dict):
+            for sub, v in value.items():
+                add(f"{name}.{sub}", v)
         else:
-            flat[part] = ms
+            flat[name] = value
+
+    for part, ms in spent.items():
+        add(part, ms)
     return flat
 
 

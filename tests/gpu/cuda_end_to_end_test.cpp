@@ -98,6 +98,19 @@ TEST_F(CudaEndToEnd, CompareOfIdenticalKernelsReportsSpeedup) {
   const auto r = run_request(compare(kAdd), true, built_registry());
   ASSERT_EQ(r.verdict, Verdict::success) << json::serialize(r.body);
   EXPECT_GT(r.body.at("speedup").to_number<double>(), 0.0);
+  // Where each side's timer took its time (a runner's account, within the worker's own).
+  const auto& parts =
+      exec(r).at("metadata").at("profiling").at("sampling").at("time_ms").at("setup_parts");
+  for (const char* side : {"ref", "custom"}) {
+    const std::string timer = std::string("timer_") + side;
+    const auto& in_runner = parts.at(timer + "_in_runner").as_object();
+    EXPECT_GE(in_runner.at("trace_start").to_number<double>(), 0.0) << json::serialize(parts);
+    EXPECT_GE(in_runner.at("capture").to_number<double>(), 0.0) << json::serialize(parts);
+    EXPECT_LE(in_runner.at("trace_start").to_number<double>() +
+                  in_runner.at("capture").to_number<double>(),
+              parts.at(timer).to_number<double>())
+        << json::serialize(parts);
+  }
 }
 
 TEST_F(CudaEndToEnd, OffByOneKernelFailsWithMismatchCount) {

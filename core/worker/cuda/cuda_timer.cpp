@@ -2,6 +2,8 @@
 
 #include "worker/cuda/detail/activity_trace.hpp"
 
+#include <chrono>
+#include <map>
 #include <utility>
 
 namespace keval::worker::detail {
@@ -48,6 +50,11 @@ class CudaTimer final : public Timer {
 public:
   CudaTimer(DeviceSession& session, std::function<void()> launch, bool capture_it, bool trace)
       : session_(session), launch_(std::move(launch)), start_(session), stop_(session) {
+    auto lap = std::chrono::steady_clock::now();
+    const auto spent = [&lap] {
+      const auto now = std::chrono::steady_clock::now();
+      return std::chrono::duration<double, std::milli>(now - std::exchange(lap, now)).count();
+    };
     try {
       if (trace)
         trace_ = &ActivityTrace::start();
@@ -56,8 +63,11 @@ public:
     } catch (const TraceUnavailable& e) {
       untraced_ = e.what();
     }
-    if (capture_it)
+    setup_ms_["trace_start"] = spent();
+    if (capture_it) {
       capture();
+      setup_ms_["capture"] = spent();
+    }
   }
   CudaTimer(const CudaTimer&) = delete;
   CudaTimer& operator=(const CudaTimer&) = delete;
@@ -105,6 +115,8 @@ public:
   std::string method() const override { return graph_ != nullptr ? "cuda_graph" : "cuda_event"; }
 
   std::string untraced_reason() const override { return untraced_; }
+
+  std::map<std::string, double> setup_ms() const override { return setup_ms_; }
 
   SampleActivity sample_activity() override {
     if (trace_ == nullptr)
@@ -157,6 +169,7 @@ private:
   CUgraphExec graph_ = nullptr;
   ActivityTrace* trace_ = nullptr; // null when untraced_ says why
   std::string untraced_;
+  std::map<std::string, double> setup_ms_; // setup_ms()
 };
 
 } // namespace

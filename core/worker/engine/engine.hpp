@@ -12,6 +12,7 @@
 #include <keval/plugin.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -90,6 +91,9 @@ public:
   virtual SampleActivity sample_activity() {
     throw std::logic_error("sample_activity() of a timer that traces nothing");
   }
+  // Where making it took its time, in milliseconds by part ("trace_start", "capture"): a
+  // diagnostic for the job's account of its profiling (sampling.time_ms.setup_parts).
+  virtual std::map<std::string, double> setup_ms() const { return {}; }
 };
 
 class Engine {

@@ -1329,9 +1329,22 @@ private:
     const auto setting_up = Clock::now();
     try {
       current = std::make_unique<InputSet>(make_inputs(kWarmupTrials));
+      spent_.setup_inputs = ms_since(setting_up);
       for (auto& side : sides_) {
         Timed t{.side = side.get(), .binding = bind_for_timing(*side, *current)};
-        prepare_timer(t, true);
+        const auto preparing = Clock::now();
+        const json::object reply = prepare_timer(t, true);
+        const double wall_ms = ms_since(preparing);
+        spent_.setup_timers[side->name] += wall_ms;
+        // The runner's own account of it: a diagnostic that decides nothing, taken only for
+        // these names and as far as the call's wall time allows (as add_runner_account).
+        if (const json::value* account = reply.if_contains("host_ms");
+            account != nullptr && account->is_object())
+          for (const char* part : {"trace_start", "capture"})
+            if (const json::value* v = account->as_object().if_contains(part);
+                v != nullptr && v->is_number() && std::isfinite(v->to_number<double>()) &&
+                v->to_number<double>() >= 0 && v->to_number<double>() <= wall_ms)
+              spent_.setup_in_runner[side->name][part] = v->to_number<double>();
         timed.push_back(std::move(t));
       }
       same_method(timed);
@@ -1446,6 +1459,18 @@ private:
                      {"runs_pausing", spent_.pausing}, {"runs_calls", spent_.calls},
                      {"outputs", spent_.outputs},      {"checks", spent_.checks},
                      {"after", ms_since(reporting)}};
+    // Of `setup`: the first inputs, and each side's timer (the runner's tracer started, its
+    // launch captured where it can be: what a job pays once before its first sample).
+    json::object setup_parts{{"inputs", spent_.setup_inputs}};
+    for (const auto& [side, ms] : spent_.setup_timers)
+      setup_parts["timer_" + side] = ms;
+    for (const auto& [side, parts] : spent_.setup_in_runner) {
+      json::object in_runner;
+      for (const auto& [part, ms] : parts)
+        in_runner[part] = ms;
+      setup_parts["timer_" + side + "_in_runner"] = std::move(in_runner);
+    }
+    report.sampling["time_ms"].as_object()["setup_parts"] = std::move(setup_parts);
     if (!spent_.in_runner.empty()) {
       json::object split;
       for (const auto& [part, ms] : spent_.in_runner)
@@ -1721,7 +1746,8 @@ private:
 
   // Has the side's runner make (or make again) the timer of its binding; `capture` false asks
   // for events even where a graph could be captured.
-  void prepare_timer(Timed& t, bool capture) {
+  // The runner's reply (its `host_ms` account is a diagnostic of the caller's).
+  json::object prepare_timer(Timed& t, bool capture) {
     json::object timer;
     timer["type"] = runner_msg::kTimer;
     timer["binding"] = t.binding.id;
@@ -1737,6 +1763,7 @@ private:
     t.untraced = untraced != nullptr && untraced->is_string()
                      ? std::string(untraced->get_string()).substr(0, 500)
                      : "";
+    return reply;
   }
 
   // Whether the request's noise target is met by every side after `taken` samples.
@@ -2146,7 +2173,11 @@ private:
   // The profiling phase's wall time outside the sample runs' own (sampling.time_ms). The parts
   // from `inputs` on count the warm-up's runs and the timed samples alike.
   struct {
-    double setup = 0;   // the first inputs, each side's arguments and timer
+    double setup = 0;                           // the first inputs, each side's arguments and timer
+    double setup_inputs = 0;                    // of setup: the first inputs
+    std::map<std::string, double> setup_timers; // of setup: each side's timer, by side
+    // of setup_timers: the runner's account of its timer (trace_start, capture), by side
+    std::map<std::string, std::map<std::string, double>> setup_in_runner;
     double warm_up = 0; // the warm-up runs (SideTiming::warmup_runs), their inputs included
     double inputs = 0;  // making each sample's fresh inputs and writing them into the bindings
     double runs = 0;    // poisoning outputs and the runners' sample calls, round trip

@@ -687,6 +687,10 @@ private:
     reply["method"] = binding.timer->method();
     if (const std::string why = binding.timer->untraced_reason(); !why.empty())
       reply["untraced"] = why;
+    json::object account; // a diagnostic the trusted worker sums (sampling.time_ms.setup_parts)
+    for (const auto& [part, ms] : binding.timer->setup_ms())
+      account[part] = ms;
+    reply["host_ms"] = std::move(account);
     return reply;
   }
 

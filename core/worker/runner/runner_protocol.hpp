@@ -31,9 +31,11 @@
 //   trusted: default_inputs  {seed, share?}             -> {tensors[...]} + fds  (share false:
 //                                                          produced for their layout only, none
 //                                                          sent or kept)
-//   trusted: timer           {binding, capture?, trace?} -> {method, untraced?}  (capture false:
-//                                                          events; trace false: no device trace;
-//                                                          untraced: why there is none)
+//   trusted: timer           {binding, capture?, trace?} -> {method, untraced?, host_ms}
+//                                                          (capture false: events; trace false:
+//                                                          no device trace; untraced: why there
+//                                                          is none; host_ms: where making it
+//                                                          took its time, a diagnostic)
 //   trusted: sample          {binding}                  -> {ms, activity? | activity_lost?,
 //                                                          outputs[...]} + fds (returned ones;
 //                            activity: worker/engine/device_work.hpp's SampleActivity)

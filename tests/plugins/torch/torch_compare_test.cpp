@@ -84,6 +84,14 @@ TEST_F(TorchCompare, KernelBenchModelAgainstModelNewIsCorrectWithRuntimeStats) {
                 spent.at("outputs").to_number<double>() + 1.0)
       << json::serialize(spent);
   EXPECT_GE(r.body.at("ref_runtime").at("warmup_runs").to_number<int64_t>(), 3);
+  // Of the setup: the first inputs and each side's timer, within it.
+  const auto& parts = spent.at("setup_parts").as_object();
+  double within = 0;
+  for (const char* part : {"inputs", "timer_ref", "timer_custom"}) {
+    EXPECT_GE(parts.at(part).to_number<double>(), 0.0) << part << ": " << json::serialize(parts);
+    within += parts.at(part).to_number<double>();
+  }
+  EXPECT_LE(within, spent.at("setup").to_number<double>()) << json::serialize(spent);
 }
 
 TEST_F(TorchCompare, WrongModelNewFailsWithItsMismatchCount) {
