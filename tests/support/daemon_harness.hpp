@@ -44,6 +44,45 @@ bool eventually(Condition condition, std::chrono::milliseconds limit = 60s) {
   }
 }
 
+// What a scripted worker (a Python script given to the daemon as KEVAL_WORKER) needs after its own
+// start: keval's framing on descriptor 3 (`send`, `receive`), `compiled_then_granted()` (a
+// compiled phase for a fault kernel, need_device, and the grant, which it returns; a fatal and
+// exit without one) and `validated_and_profiled()` (both phases, a one-sample timing). The script
+// prepends its own handling of `--devices` and of what is not a job's worker, and ends with
+// `send({"type": "done", ...})`.
+inline constexpr const char* kScriptedWorkerProtocol = R"(
+fd = 3
+def send(obj):
+    body = json.dumps(dict(obj, v=1)).encode()
+    os.write(fd, b"KEV1" + struct.pack(">I", len(body)) + body)
+def read_exact(n):
+    data = bytearray()
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            sys.exit(3)
+        data += chunk
+    return bytes(data)
+def receive():
+    header = read_exact(8)
+    return json.loads(read_exact(struct.unpack(">I", header[4:])[0]))
+def compiled_then_granted():
+    side = {"kernel_type": "fault", "ok": True, "time_ms": 1}
+    send({"type": "phase", "phase": "compiled", "result": {"ok": True, "custom": side}})
+    send({"type": "need_device", "device_types": ["cuda"]})
+    grant = receive()
+    if "device" not in grant:
+        send({"type": "fatal", "message": "no device: " + grant.get("error", "")})
+        sys.exit(1)
+    return grant
+def validated_and_profiled():
+    send({"type": "phase", "phase": "validated", "result": {"ok": True, "mode": "executable"}})
+    timing = {"mean": 1, "std": 0, "min": 1, "max": 1, "median": 1, "percentile_95": 1,
+              "percentile_99": 1, "count": 1, "method": "cuda_event"}
+    send({"type": "phase", "phase": "profiled",
+          "result": {"ok": True, "method": "cuda_event", "custom": timing}})
+)";
+
 struct HttpResult {
   unsigned status = 0;
   std::string text;                                         // the body

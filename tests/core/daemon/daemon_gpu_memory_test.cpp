@@ -13,7 +13,8 @@
 namespace keval::test::daemon {
 namespace {
 
-constexpr const char* kFakeWorker = R"(#!/usr/bin/env python3
+// Its start: one GPU, and anything but a job's worker to the real keval-worker.
+constexpr const char* kFakeWorkerStart = R"(#!/usr/bin/env python3
 import json, os, struct, sys
 args = sys.argv[1:]
 if "--devices" in args:
@@ -23,21 +24,10 @@ if "--devices" in args:
 if "--protocol-fd" not in args:
     real = os.environ["KEVAL_REAL_WORKER"]
     os.execv(real, [real] + args)
-fd = 3
-def send(obj):
-    body = json.dumps(dict(obj, v=1)).encode()
-    os.write(fd, b"KEV1" + struct.pack(">I", len(body)) + body)
-def read_exact(n):
-    data = bytearray()
-    while len(data) < n:
-        chunk = os.read(fd, n - len(data))
-        if not chunk:
-            sys.exit(3)
-        data += chunk
-    return bytes(data)
-def receive():
-    header = read_exact(8)
-    return json.loads(read_exact(struct.unpack(">I", header[4:])[0]))
+)";
+
+// Its job, after kScriptedWorkerProtocol: the GPU's memory in its hello (prestarted) and its done.
+constexpr const char* kFakeWorkerJob = R"(
 def memory():  # read now: the test changes it between jobs
     with open(os.environ["FAKE_FREE_GIB"]) as f:
         free = int(f.read())
@@ -49,18 +39,8 @@ send(hello)
 job = receive()
 if job.get("type") == "taken":
     job = receive()
-side = {"kernel_type": "fault", "ok": True, "time_ms": 1}
-send({"type": "phase", "phase": "compiled", "result": {"ok": True, "custom": side}})
-send({"type": "need_device", "device_types": ["cuda"]})
-grant = receive()
-if "device" not in grant:
-    send({"type": "fatal", "message": "no device: " + grant.get("error", "")})
-    sys.exit(1)
-send({"type": "phase", "phase": "validated", "result": {"ok": True, "mode": "executable"}})
-timing = {"mean": 1, "std": 0, "min": 1, "max": 1, "median": 1, "percentile_95": 1,
-          "percentile_99": 1, "count": 1, "method": "cuda_event"}
-send({"type": "phase", "phase": "profiled",
-      "result": {"ok": True, "method": "cuda_event", "custom": timing}})
+compiled_then_granted()
+validated_and_profiled()
 send({"type": "done", "device_memory": memory()})
 )";
 
@@ -68,7 +48,7 @@ class DaemonGpuMemory : public ::testing::Test {
 protected:
   DaemonGpuMemory() {
     const fs::path worker = scratch_.path() / "fake-worker.py";
-    std::ofstream(worker) << kFakeWorker;
+    std::ofstream(worker) << kFakeWorkerStart << kScriptedWorkerProtocol << kFakeWorkerJob;
     fs::permissions(worker, fs::perms::owner_all);
     set_free_gib(20);
     daemon_.emplace(dirs_.state(), dirs_.socket(),

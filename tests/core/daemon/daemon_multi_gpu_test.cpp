@@ -19,7 +19,7 @@ namespace {
 // kernel.metadata asks for a `barrier` of N, it waits (at most 20 s) until N jobs hold a device
 // at once before it goes on, and fails the job (fatal) if they never do: a daemon that served
 // its GPUs one job at a time cannot pass it.
-constexpr const char* kFakeWorker = R"(#!/usr/bin/env python3
+constexpr const char* kFakeWorkerStart = R"(#!/usr/bin/env python3
 import json, os, struct, sys, time
 args = sys.argv[1:]
 if "--devices" in args:
@@ -33,31 +33,14 @@ if "--devices" in args:
 if "--protocol-fd" not in args or "--prewarm" in args:
     real = os.environ["KEVAL_REAL_WORKER"]
     os.execv(real, [real] + args)
-fd = 3
-def send(obj):
-    body = json.dumps(dict(obj, v=1)).encode()
-    os.write(fd, b"KEV1" + struct.pack(">I", len(body)) + body)
-def read_exact(n):
-    data = bytearray()
-    while len(data) < n:
-        chunk = os.read(fd, n - len(data))
-        if not chunk:
-            sys.exit(3)
-        data += chunk
-    return bytes(data)
-def receive():
-    header = read_exact(8)
-    return json.loads(read_exact(struct.unpack(">I", header[4:])[0]))
+)";
+
+// Its job, after kScriptedWorkerProtocol.
+constexpr const char* kFakeWorkerJob = R"(
 send({"type": "hello", "worker_version": "fake", "pid": os.getpid()})
 job = receive()
 metadata = job["request"].get("kernel", {}).get("metadata", {})
-side = {"kernel_type": "fault", "ok": True, "time_ms": 1}
-send({"type": "phase", "phase": "compiled", "result": {"ok": True, "custom": side}})
-send({"type": "need_device", "device_types": ["cuda"]})
-grant = receive()
-if "device" not in grant:
-    send({"type": "fatal", "message": "no device: " + grant.get("error", "")})
-    sys.exit(1)
+grant = compiled_then_granted()
 def log(event):  # written beside the directory, then renamed in: a reader never sees half of it
     name = "%d-%s" % (os.getpid(), event)
     partial = os.path.join(os.environ["FAKE_LOG_DIR"] + ".partial", name)
@@ -81,11 +64,7 @@ while len(os.listdir(os.environ["FAKE_GPU_DIR"])) < metadata.get("barrier", 1):
         send({"type": "fatal", "message": "the other jobs never held a device at the same time"})
         sys.exit(1)
     time.sleep(0.01)
-send({"type": "phase", "phase": "validated", "result": {"ok": True, "mode": "executable"}})
-timing = {"mean": 1, "std": 0, "min": 1, "max": 1, "median": 1, "percentile_95": 1,
-          "percentile_99": 1, "count": 1, "method": "cuda_event"}
-send({"type": "phase", "phase": "profiled",
-      "result": {"ok": True, "method": "cuda_event", "custom": timing}})
+validated_and_profiled()
 if metadata.get("handover_ms"):  # its processes stopped for good: the GPU may go on; it ends later
     send({"type": "device_handover"})
     log("handed_over")
@@ -106,7 +85,7 @@ class DaemonMultiGpu : public ::testing::Test {
 protected:
   DaemonMultiGpu() {
     const fs::path worker = scratch_.path() / "fake-worker.py";
-    std::ofstream(worker) << kFakeWorker;
+    std::ofstream(worker) << kFakeWorkerStart << kScriptedWorkerProtocol << kFakeWorkerJob;
     fs::permissions(worker, fs::perms::owner_all);
     fs::create_directories(holding());
     fs::create_directories(events());
