@@ -171,8 +171,9 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
     std::free(buffer);
 }
 
-// Loads CUPTI and turns tracing on; the reason when it cannot (empty when it did).
-std::string enable() {
+// Loads CUPTI and hands it its buffer callbacks, recording nothing yet; the reason when it cannot
+// (empty when it did).
+std::string load() {
   std::string why;
   void* handle = open_cupti_library(why);
   if (handle == nullptr)
@@ -187,6 +188,11 @@ std::string enable() {
           g_api.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
       r != CUPTI_SUCCESS)
     return "CUPTI refused activity buffers: " + result_text(g_api, r);
+  return {};
+}
+
+// Turns tracing on (load() done); the reason when it cannot (empty when it did).
+std::string enable() {
   for (const auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                           CUPTI_ACTIVITY_KIND_MEMSET})
     if (const CUptiResult r = g_api.cuptiActivityEnable(kind); r != CUPTI_SUCCESS)
@@ -203,8 +209,12 @@ std::string enable() {
 #else
 namespace {
 
-std::string enable() {
+std::string load() {
   return "keval was built without CUPTI's headers (cupti.h): device work is not traced";
+}
+
+std::string enable() {
+  return {};
 }
 
 } // namespace
@@ -214,8 +224,21 @@ namespace {
 std::atomic<ActivityTrace*> g_started{nullptr};
 }
 
+namespace {
+// load()'s reason, once: a runner may start it ahead of its job on a thread of its own
+// (load_ahead), and start() waits for that.
+const std::string& loaded() {
+  static const std::string why = load();
+  return why;
+}
+} // namespace
+
+void ActivityTrace::load_ahead() {
+  loaded();
+}
+
 ActivityTrace& ActivityTrace::start() {
-  static const std::string why = enable();
+  static const std::string why = loaded().empty() ? enable() : loaded();
   static ActivityTrace trace;
   if (!why.empty())
     throw TraceUnavailable(why);

@@ -794,4 +794,8 @@ std::unique_ptr<Engine> make_cuda_engine(int ordinal, EngineUse use) {
                                                    : detail::PrivateMemory::direct);
 }
 
+void load_device_trace_ahead() {
+  detail::ActivityTrace::load_ahead();
+}
+
 } // namespace keval::worker

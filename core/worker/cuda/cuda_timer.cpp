@@ -56,14 +56,18 @@ public:
       return std::chrono::duration<double, std::milli>(now - std::exchange(lap, now)).count();
     };
     try {
-      if (trace)
+      if (trace) {
+        ActivityTrace::load_ahead(); // done already where the runner loaded it ahead of its job
+        setup_ms_["trace_load"] = spent();
         trace_ = &ActivityTrace::start();
-      else
+        setup_ms_["trace_enable"] = spent();
+      } else {
         untraced_ = "turned off by the request (device_trace: false)";
+      }
     } catch (const TraceUnavailable& e) {
       untraced_ = e.what();
     }
-    setup_ms_["trace_start"] = spent();
+    spent();
     if (capture_it) {
       capture();
       setup_ms_["capture"] = spent();

@@ -1340,7 +1340,7 @@ private:
         // these names and as far as the call's wall time allows (as add_runner_account).
         if (const json::value* account = reply.if_contains("host_ms");
             account != nullptr && account->is_object())
-          for (const char* part : {"trace_start", "capture"})
+          for (const char* part : {"trace_load", "trace_enable", "capture"})
             if (const json::value* v = account->as_object().if_contains(part);
                 v != nullptr && v->is_number() && std::isfinite(v->to_number<double>()) &&
                 v->to_number<double>() >= 0 && v->to_number<double>() <= wall_ms)

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -318,9 +319,23 @@ private:
     throw WireError("unknown command '" + type + "'");
   }
 
+  // The device tracer, loaded on a thread of its own once the kernel compiled, before the job's
+  // grant (load_device_trace_ahead): its first timer then only turns it on. After the compile, not
+  // beside it: a Python kernel's compile imports torch, which may bring its own CUPTI, and the
+  // tracer takes the one already loaded (worker/cuda/detail/activity_trace.hpp), as it would at
+  // the timer.
+  void load_trace_ahead() {
+#ifdef KEVAL_HAVE_CUDA
+    if (binds_device_ && plugin_ != nullptr && plugin_->has(KEVAL_CAP_DEVICE_CUDA) &&
+        !trace_loading_.valid())
+      trace_loading_ = std::async(std::launch::async, load_device_trace_ahead);
+#endif
+  }
+
   // `device`: false for the trusted worker's builder, which never binds one.
   json::object load_plugin(const std::string& path, bool device) {
     plugin_ = &load(path);
+    binds_device_ = device;
 #ifdef KEVAL_HAVE_CUDA
     // The device is opened beside the compile instead of after the grant (see EngineOpener).
     if (device && plugin_->has(KEVAL_CAP_DEVICE_CUDA))
@@ -390,6 +405,7 @@ private:
     if (out.kernel == nullptr)
       throw CommandError{"internal_error", "plugin reported success but no kernel", {}};
     kernel_ = out.kernel;
+    load_trace_ahead();
     if (out.info_json != nullptr) {
       json::error_code ec;
       auto info = json::parse(out.info_json, ec);
@@ -749,9 +765,11 @@ private:
   std::map<std::string, std::vector<std::unique_ptr<Tensor>>> shared_; // kind -> share()
   std::string nvtx_range_;
   bool user_code_loaded_ = false; // a compile, companion or program command came: no warm_device
+  bool binds_device_ = true;      // load_plugin's `device`: false for the trusted worker's builder
   bool device_warmed_ = false;    // warm_device came (at most once)
 #ifdef KEVAL_HAVE_CUDA
   EngineOpener opener_;
+  std::future<void> trace_loading_; // load_device_trace_ahead, started once a kernel compiled
 #endif
 };
 

@@ -27,6 +27,10 @@ public:
   // Turns tracing on for this process the first time (later calls return the same trace).
   // Throws TraceUnavailable, then and on every later call, when it cannot.
   static ActivityTrace& start();
+  // Loads CUPTI and gives it its buffers, tracing nothing yet: what start() would do first. A
+  // runner does it before its job's grant (cuda_engine.hpp: load_device_trace_ahead), so that the
+  // job's first timer does not pay for it with the GPU held. Thread-safe; start() waits for it.
+  static void load_ahead();
   // The trace when start() has turned it on in this process, else null (never starts it).
   static ActivityTrace* if_started();
 
