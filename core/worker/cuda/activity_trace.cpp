@@ -222,9 +222,7 @@ std::string enable() {
 
 namespace {
 std::atomic<ActivityTrace*> g_started{nullptr};
-}
 
-namespace {
 // load()'s reason, once: a runner may start it ahead of its job on a thread of its own
 // (load_ahead), and start() waits for that.
 const std::string& loaded() {

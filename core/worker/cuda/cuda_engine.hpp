@@ -41,9 +41,10 @@ enum class EngineUse { runner, trusted };
 std::unique_ptr<Engine> make_cuda_engine(int ordinal, EngineUse use);
 
 // Loads the device tracer (CUPTI) into this process, tracing nothing yet, so that a job's first
-// timer only turns it on: a runner does it before its job's grant, beside its compile, instead of
-// with the GPU held (where it was most of a job's profiling set-up: 63 to 87 ms a side for torch
-// on the H200). Never throws: a tracer that cannot be loaded says why when a timer asks for it.
+// timer only turns it on: a runner does it once its kernel has compiled, before its job's grant,
+// instead of with the GPU held (where it was most of a job's profiling set-up: 63 to 87 ms a side
+// for torch on the H200, 0.1 ms left to turn it on). Never throws: a tracer that cannot be loaded
+// says why when a timer asks for it.
 void load_device_trace_ahead();
 
 } // namespace keval::worker
