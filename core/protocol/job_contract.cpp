@@ -98,16 +98,10 @@ std::optional<DeviceMemoryReading> device_memory_at(const json::object& m, const
   reading.gpu = std::string(gpu->get_string());
   reading.free_bytes = bytes("free_bytes");
   reading.total_bytes = bytes("total_bytes");
-  if (reading.total_bytes == 0 || reading.free_bytes > reading.total_bytes)
+  if (!plausible(reading))
     throw ProtocolError(where + ": 'free_bytes' " + std::to_string(reading.free_bytes) +
                         " of 'total_bytes' " + std::to_string(reading.total_bytes));
   return reading;
-}
-
-json::object device_memory_json(const DeviceMemoryReading& reading) {
-  return {{"gpu", reading.gpu},
-          {"free_bytes", reading.free_bytes},
-          {"total_bytes", reading.total_bytes}};
 }
 
 template <class T> std::optional<T> optional_at(const json::object& o, const char* key) {
@@ -370,6 +364,17 @@ template <class T> T read_as(const json::value& v, const std::string& what) {
 
 } // namespace
 
+bool plausible(const DeviceMemoryReading& reading) {
+  return !reading.gpu.empty() && reading.total_bytes > 0 &&
+         reading.free_bytes <= reading.total_bytes;
+}
+
+json::object to_json(const DeviceMemoryReading& reading) {
+  return {{"gpu", reading.gpu},
+          {"free_bytes", reading.free_bytes},
+          {"total_bytes", reading.total_bytes}};
+}
+
 WorkerMessage parse_worker_message(const json::object& m) {
   const std::string type = string_at(m, "type");
   if (type == msg::kHello) {
@@ -481,7 +486,7 @@ json::object to_frame(const WorkerMessage& message) {
           if (x.device_open_seconds)
             m["device_open_seconds"] = *x.device_open_seconds;
           if (x.device_memory)
-            m["device_memory"] = device_memory_json(*x.device_memory);
+            m["device_memory"] = to_json(*x.device_memory);
         } else if constexpr (std::is_same_v<T, PhaseMessage>) {
           m["type"] = msg::kPhase;
           m["phase"] = phase_name(x.phase);
@@ -506,7 +511,7 @@ json::object to_frame(const WorkerMessage& message) {
           if (x.origin_unix_ms > 0)
             m["origin_unix_ms"] = x.origin_unix_ms;
           if (x.device_memory)
-            m["device_memory"] = device_memory_json(*x.device_memory);
+            m["device_memory"] = to_json(*x.device_memory);
         } else if constexpr (std::is_same_v<T, DeviceHandover>) {
           m["type"] = msg::kDeviceHandover;
         } else {

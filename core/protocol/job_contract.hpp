@@ -149,6 +149,11 @@ struct DeviceMemoryReading {
   uint64_t free_bytes = 0;
   uint64_t total_bytes = 0; // > 0, and at least free_bytes
 };
+// Whether its numbers add up (a named GPU, total > 0, free <= total): the protocol refuses any
+// other, so a worker sends none and the host keeps none.
+bool plausible(const DeviceMemoryReading& reading);
+// {gpu, free_bytes, total_bytes}, as hello and done carry it and a response reports it.
+boost::json::object to_json(const DeviceMemoryReading& reading);
 
 // worker -> host, first: who it is and what it prepared before its job.
 struct Hello {

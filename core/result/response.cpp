@@ -106,9 +106,7 @@ json::object worker_json(const supervisor::SessionOutcome& o) {
     w["prewarm"] = std::move(prewarm);
   }
   if (o.device_memory)
-    w["device_memory"] = {{"gpu", o.device_memory->gpu},
-                          {"free_bytes", o.device_memory->free_bytes},
-                          {"total_bytes", o.device_memory->total_bytes}};
+    w["device_memory"] = protocol::to_json(*o.device_memory);
   if (o.exit_code)
     w["exit_code"] = *o.exit_code;
   if (o.signal)

@@ -5,12 +5,6 @@
 namespace keval::supervisor {
 
 namespace {
-// The protocol refuses anything else; nothing to go by either way.
-bool usable(const protocol::DeviceMemoryReading& reading) {
-  return !reading.gpu.empty() && reading.total_bytes > 0 &&
-         reading.free_bytes <= reading.total_bytes;
-}
-
 double free_fraction(const protocol::DeviceMemoryReading& reading) {
   return static_cast<double>(reading.free_bytes) / static_cast<double>(reading.total_bytes);
 }
@@ -18,7 +12,7 @@ double free_fraction(const protocol::DeviceMemoryReading& reading) {
 
 void GpuMemoryReadings::record_prestarted(const protocol::DeviceMemoryReading& reading,
                                           Clock::time_point now) {
-  if (!usable(reading))
+  if (!protocol::plausible(reading))
     return;
   std::lock_guard lock(mutex_);
   // Read when the worker opened its device, which may have been minutes before its job ended:
@@ -28,7 +22,7 @@ void GpuMemoryReadings::record_prestarted(const protocol::DeviceMemoryReading& r
 
 void GpuMemoryReadings::record_job(const protocol::DeviceMemoryReading& reading,
                                    Clock::time_point now) {
-  if (!usable(reading))
+  if (!protocol::plausible(reading))
     return;
   std::lock_guard lock(mutex_);
   const auto [latest, first] = by_gpu_.try_emplace(reading.gpu, Latest{reading, now, false});
@@ -50,14 +44,13 @@ bool GpuMemoryReadings::to_spare() const {
 boost::json::array GpuMemoryReadings::report(Clock::time_point now) const {
   std::lock_guard lock(mutex_);
   boost::json::array out;
-  for (const auto& [gpu, latest] : by_gpu_)
-    out.push_back(
-        boost::json::object{{"gpu", gpu},
-                            {"free_bytes", latest.reading.free_bytes},
-                            {"total_bytes", latest.reading.total_bytes},
-                            {"free_fraction", free_fraction(latest.reading)},
-                            {"age_s", std::chrono::duration<double>(now - latest.at).count()},
-                            {"prestarted_workers_open", latest.prestarted_open}});
+  for (const auto& [gpu, latest] : by_gpu_) {
+    boost::json::object entry = protocol::to_json(latest.reading);
+    entry["free_fraction"] = free_fraction(latest.reading);
+    entry["age_s"] = std::chrono::duration<double>(now - latest.at).count();
+    entry["prestarted_workers_open"] = latest.prestarted_open;
+    out.push_back(std::move(entry));
+  }
   return out;
 }
 

@@ -13,9 +13,12 @@ std::optional<protocol::DeviceMemoryReading> read_device_memory(Engine& engine) 
     return std::nullopt;
   try {
     const std::optional<Engine::DeviceMemory> memory = engine.device_memory();
-    if (!memory || memory->total_bytes == 0 || memory->free_bytes > memory->total_bytes)
+    if (!memory)
       return std::nullopt;
-    return protocol::DeviceMemoryReading{gpu, memory->free_bytes, memory->total_bytes};
+    protocol::DeviceMemoryReading reading{gpu, memory->free_bytes, memory->total_bytes};
+    if (!protocol::plausible(reading))
+      return std::nullopt; // the host would refuse the whole `done` for it
+    return reading;
   } catch (const std::exception& e) {
     spdlog::debug("the memory of GPU {} cannot be read: {}", gpu, e.what());
     return std::nullopt;

@@ -91,8 +91,9 @@ public:
   virtual SampleActivity sample_activity() {
     throw std::logic_error("sample_activity() of a timer that traces nothing");
   }
-  // Where making it took its time, in milliseconds by part ("trace_start", "capture"): a
-  // diagnostic for the job's account of its profiling (sampling.time_ms.setup_parts).
+  // Where making it took its time, in milliseconds by part ("trace_load", "trace_enable",
+  // "capture": runner_msg::timer_account), a diagnostic for the job's account of its profiling
+  // (sampling.time_ms.setup_parts).
   virtual std::map<std::string, double> setup_ms() const { return {}; }
 };
 

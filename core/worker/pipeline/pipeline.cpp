@@ -1336,15 +1336,8 @@ private:
         const json::object reply = prepare_timer(t, true);
         const double wall_ms = ms_since(preparing);
         spent_.setup_timers[side->name] += wall_ms;
-        // The runner's own account of it: a diagnostic that decides nothing, taken only for
-        // these names and as far as the call's wall time allows (as add_runner_account).
-        if (const json::value* account = reply.if_contains("host_ms");
-            account != nullptr && account->is_object())
-          for (const char* part : {"trace_load", "trace_enable", "capture"})
-            if (const json::value* v = account->as_object().if_contains(part);
-                v != nullptr && v->is_number() && std::isfinite(v->to_number<double>()) &&
-                v->to_number<double>() >= 0 && v->to_number<double>() <= wall_ms)
-              spent_.setup_in_runner[side->name][part] = v->to_number<double>();
+        add_runner_account(reply, wall_ms, runner_msg::timer_account::kAll,
+                           spent_.setup_in_runner[side->name]);
         timed.push_back(std::move(t));
       }
       same_method(timed);
@@ -1842,7 +1835,7 @@ private:
     spent_.calls += wall_ms;
     spent_.runs += ms_since(preparing);
     expect_ok(side, reply, "being timed");
-    add_runner_account(reply, wall_ms);
+    add_runner_account(reply, wall_ms, runner_msg::sample_account::kAll, spent_.in_runner);
     SampleRun run;
     run.ms = detail::number_field(reply, "ms");
     if (!std::isfinite(run.ms) || run.ms < 0 || run.ms > wall_ms)
@@ -1874,16 +1867,19 @@ private:
   // Where a sample call's time went inside the runner (runner_msg::sample_account), summed into
   // sampling.time_ms.runs_calls_in_runner. A process of user code says it, so it is a diagnostic
   // that decides nothing, and is taken only for those names and as far as the call's own wall time
-  // allows.
-  void add_runner_account(const json::object& reply, double wall_ms) {
+  // allows. The same for a timer call (runner_msg::timer_account, into setup_parts).
+  template <size_t N>
+  static void add_runner_account(const json::object& reply, double wall_ms,
+                                 const char* const (&parts)[N],
+                                 std::map<std::string, double>& into) {
     const json::value* account = reply.if_contains("host_ms");
     if (account == nullptr || !account->is_object())
       return;
-    for (const char* part : runner_msg::sample_account::kAll)
+    for (const char* part : parts)
       if (const json::value* v = account->as_object().if_contains(part); v && v->is_number()) {
         const double ms = v->to_number<double>();
         if (std::isfinite(ms) && ms >= 0 && ms <= wall_ms)
-          spent_.in_runner[part] += ms;
+          into[part] += ms;
       }
   }
 
@@ -2176,7 +2172,7 @@ private:
     double setup = 0;                           // the first inputs, each side's arguments and timer
     double setup_inputs = 0;                    // of setup: the first inputs
     std::map<std::string, double> setup_timers; // of setup: each side's timer, by side
-    // of setup_timers: the runner's account of its timer (trace_start, capture), by side
+    // of setup_timers: the runner's account of its timer (runner_msg::timer_account), by side
     std::map<std::string, std::map<std::string, double>> setup_in_runner;
     double warm_up = 0; // the warm-up runs (SideTiming::warmup_runs), their inputs included
     double inputs = 0;  // making each sample's fresh inputs and writing them into the bindings

@@ -109,6 +109,11 @@ inline constexpr const char* kTrace = "trace";             // reading the run's 
 inline constexpr const char* kShare = "share";             // handing the outputs over
 inline constexpr const char* kAll[] = {kSample, kSynchronize, kTrace, kShare};
 } // namespace sample_account
+// A timer reply's host_ms: where making the timer went in the runner (a diagnostic;
+// Timer::setup_ms).
+namespace timer_account {
+inline constexpr const char* kAll[] = {"trace_load", "trace_enable", "capture"};
+} // namespace timer_account
 // Where a runner finds its channel (apply_sandbox moves it to a high descriptor).
 inline constexpr const char* kChannelFdVariable = "KEVAL_RUNNER_CHANNEL_FD";
 
