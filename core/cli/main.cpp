@@ -129,7 +129,11 @@ options (serve):
                             burst) up to N, while a quarter of the machine's memory is free
                             and, where idle workers open the GPU ahead, half of its memory at
                             the workers' latest reading (default: half the CPU cores, at most
-                            6; 0: no growth)
+                            8; 0: no growth)
+  --warm-workers-total N    the sets in use (a job in the last 10 min) share N prestarted
+                            workers past their --warm-workers: each grows to at most N / sets
+                            in use, and to --warm-workers-max (default: 18, at least
+                            --warm-workers-max)
   --max-body-bytes N        request body limit; larger bodies get 413 (default 67108864)
   --http-timeout SECONDS    limit on every read of a request (an idle kept-alive connection
                             included: it is closed after this) and write of a response (default 30)
@@ -460,6 +464,8 @@ int main(int argc, char** argv) {
       serve_options.warm_workers = number("--warm-workers");
     else if (a == "--warm-workers-max")
       serve_options.warm_workers_max = number("--warm-workers-max");
+    else if (a == "--warm-workers-total")
+      serve_options.warm_workers_total = number("--warm-workers-total");
     else if (a == "--max-body-bytes")
       serve_options.max_body_bytes = number("--max-body-bytes");
     else if (a == "--http-timeout")

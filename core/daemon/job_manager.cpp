@@ -86,6 +86,7 @@ public:
           supervisor::WarmPool::Sizing{
               .size = config_.warm_workers,
               .max_size = config_.warm_workers_max,
+              .max_total = config_.warm_workers_total,
               .gpu_memory_to_spare = [this] { return gpu_memory_.to_spare(); }});
   }
 
@@ -255,6 +256,7 @@ public:
       s.warm = warm_->stats();
       s.warm_capacity = config_.warm_workers;
       s.warm_max = std::max(config_.warm_workers, config_.warm_workers_max);
+      s.warm_max_total = config_.warm_workers_total;
       s.gpu_memory = gpu_memory_.report(supervisor::GpuMemoryReadings::Clock::now());
     }
     const store::StoreUsage usage = store_.usage();

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -40,6 +41,9 @@ struct JobManagerConfig {
   size_t warm_workers = 0;
   // At most this many per set when the set's demand asks for more (WarmPool::Sizing::max_size).
   size_t warm_workers_max = 0;
+  // Past `warm_workers`, at most this many over the sets in use, shared among them
+  // (WarmPool::Sizing::max_total).
+  size_t warm_workers_total = std::numeric_limits<size_t>::max();
 };
 
 // A submission the daemon cannot take now.

@@ -127,6 +127,7 @@ struct StatsSnapshot {
   supervisor::WarmPoolStats warm; // prestarted workers (keval serve --warm-workers)
   size_t warm_capacity = 0;       // prestarted workers kept per prewarm set
   size_t warm_max = 0;            // ... at most, when a set's demand asks for more
+  size_t warm_max_total = 0;      // ... over the sets in use together
   boost::json::array gpu_memory;  // GpuMemoryReadings::report, where the pool is kept
   ConnectionStats connections;
   StateStats state;

@@ -207,6 +207,8 @@ int serve(const ServeOptions& options) {
   job_config.warm_workers = options.warm_workers;
   job_config.warm_workers_max = options.warm_workers_max.value_or(
       supervisor::WarmPool::default_max_size(options.warm_workers, cpu_cores()));
+  job_config.warm_workers_total = options.warm_workers_total.value_or(
+      supervisor::WarmPool::default_max_total(job_config.warm_workers_max));
   const auto& plugins = registry.plugins();
   if (std::none_of(plugins.begin(), plugins.end(),
                    [](const auto& plugin) { return plugin.usable() && plugin.prewarm; }))

@@ -35,8 +35,10 @@ struct ServeOptions {
   size_t threads = 0;      // HTTP event-loop threads; 0: CPU cores, at least 2
   size_t warm_workers = 2; // workers started ahead of jobs, plugins prewarmed; 0: none
   // ... per set at most, when its demand asks for more; 0 or below warm_workers: no growth.
-  // Unset: WarmPool::default_max_size (half the cores, at most 6).
+  // Unset: WarmPool::default_max_size (half the cores, at most 8).
   std::optional<size_t> warm_workers_max;
+  // ... over the sets in use together, shared among them. Unset: WarmPool::default_max_total.
+  std::optional<size_t> warm_workers_total;
   uint64_t max_body_bytes = 64ull << 20;
   // Connections served at once (Unix and TCP together); past it, 503. The descriptor limit
   // (RLIMIT_NOFILE) is raised to fit, or the daemon does not start.

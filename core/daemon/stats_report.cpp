@@ -44,6 +44,7 @@ json::object stats_json(const StatsSnapshot& s) {
   out["jobs"] = std::move(jobs);
   out["warm_workers"] = {{"per_set", s.warm_capacity},
                          {"max_per_set", s.warm_max},
+                         {"max_total", s.warm_max_total},
                          {"target", s.warm.target},
                          {"held_back_by_memory_total", s.warm.held_back_by_memory},
                          {"held_back_by_gpu_memory_total", s.warm.held_back_by_gpu_memory},

@@ -49,6 +49,10 @@ size_t WarmPool::default_max_size(size_t size, size_t cores) {
   return std::max(size, std::min(kDefaultMaxSize, cores / 2));
 }
 
+size_t WarmPool::default_max_total(size_t max_size) {
+  return std::max(max_size, kDefaultMaxTotal);
+}
+
 WarmPool::~WarmPool() {
   std::lock_guard lock(mutex_);
   pools_.clear();
@@ -141,10 +145,21 @@ WarmPool::Targets WarmPool::targets(const SetPool& pool) const {
                    [&](const auto& window) { return window.first >= now - kDemandMemory; });
   if (busiest != pool.busiest.end())
     remembered = std::max(remembered, busiest->second);
-  const auto capped = [&](size_t demand) {
-    return std::min(sizing_.max_size, sizing_.size + demand);
-  };
+  const size_t most = share();
+  const auto capped = [&](size_t demand) { return std::min(most, sizing_.size + demand); };
   return {capped(current), capped(remembered)};
+}
+
+size_t WarmPool::share() const {
+  const auto since = sizing_.now() - kDemandMemory;
+  // A set is in use while a job of it came within kDemandMemory (busiest ends with its last
+  // arrival); the set being refilled has just had one.
+  const auto in_use =
+      static_cast<size_t>(std::count_if(pools_.begin(), pools_.end(), [&](const SetPool& p) {
+        return !p.busiest.empty() && p.busiest.back().first >= since;
+      }));
+  const size_t each = sizing_.max_total / std::max<size_t>(1, in_use);
+  return std::max(sizing_.size, std::min(sizing_.max_size, each));
 }
 
 void WarmPool::refill(SetPool& pool) {
@@ -169,6 +184,12 @@ void WarmPool::refill(SetPool& pool) {
   }
   while (pool.workers.size() > wanted)
     pool.workers.pop_back(); // the newest, which may not have finished prewarming: killed
+  // A set that came into use made every set's share smaller: the others' extras go now, not at
+  // their next job.
+  const size_t most = share();
+  for (auto& other : pools_)
+    while (&other != &pool && other.workers.size() > most)
+      other.workers.pop_back();
   while (pool.workers.size() < wanted) {
     if (pool.workers.size() >= sizing_.size && !machine_memory) {
       ++stats_.held_back_by_memory;

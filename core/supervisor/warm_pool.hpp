@@ -24,6 +24,14 @@
 // max/median 3.15 growing with the demand, 1.42 readied; README, "Prestarted workers"). Past the
 // memory, or once the machine is short of memory, extras are let go at the next take.
 //
+// The sets share the machine: past their `size`, the pools of the sets in use (a job in the last
+// kDemandMemory) grow to at most `max_total` together, each to max_total / (sets in use) and never
+// past max_size. A reinforcement-learning loop grading one kernel type has one hot set, which may
+// take max_size; a mixed batch has three or four, whose workers would otherwise all prewarm and
+// wait at once (8 per set for a mixed batch's three sets: 17 % fewer jobs a minute than 6 on the
+// H200, where 8 for a burst of one set had no job wait for its worker and 6 had its seventh to
+// ninth wait up to 0.8 s).
+//
 // GPU memory bounds a pool too: idle workers that opened their GPU ahead hold their contexts'
 // memory there, which a job may need. While the GPUs they open on are short of it
 // (supervisor/gpu_memory.hpp: less than half free at the latest reading), a pool grows no
@@ -38,6 +46,7 @@
 #include <filesystem>
 #include <functional>
 #include <istream>
+#include <limits>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -73,6 +82,8 @@ public:
     size_t size = 0;     // ready per set at least (0: the pool stays empty, take() gives null)
     size_t max_size = 0; // ready per set at most, with demand (below `size`: `size`)
     size_t max_sets = 4; // sets kept at once
+    // ready over the sets in use at most, shared among them (never below `size` a set)
+    size_t max_total = std::numeric_limits<size_t>::max();
     // Test seams: the clock, whether the machine has memory to grow a pool, and whether a
     // worker has finished its prewarm (PrestartedWorker::ready).
     std::function<Clock::time_point()> now = [] { return Clock::now(); };
@@ -93,14 +104,17 @@ public:
   // kDefaultMaxSize; below `size` (2 cores and fewer: no growth), `size`. A worker's prewarm is
   // CPU work (an interpreter and `import torch` per runner, ~3 s), so a pool larger than the
   // cores can prewarm at once only makes each worker later; and demand past about one job a
-  // second needs that many (20 back-to-back load_inline compares on the H200's 16 cores: p95
-  // 4.62 s with a fixed pool of 2, 1.38 s growing to 6; README, "Prestarted workers"). Not 8,
-  // though a burst's refills prewarm in 5 to 9 s beside its jobs (a second each): with 6 the
-  // seventh to ninth jobs of a burst waited up to 0.8 s for their workers on the H200 and with 8
-  // none did, but 8 for each of a mixed batch's sets made its jobs 17 % slower (35.7 against 43.1
-  // jobs/min): that many prewarms beside them.
-  static constexpr size_t kDefaultMaxSize = 6;
+  // second needs that many: a burst's refills prewarm in 5 to 9 s beside its jobs (a second
+  // each), and 20 back-to-back load_inline compares on the H200's 16 cores had p95 4.62 s with a
+  // fixed pool of 2, 1.38 s growing to 6, whose seventh to ninth jobs still waited up to 0.8 s
+  // for their workers, and none waited with 8 (README, "Prestarted workers").
+  static constexpr size_t kDefaultMaxSize = 8;
+  // `keval serve`'s max_total unless it is given (default_max_total): three sets of 6, what a
+  // mixed batch of three sets measured best with on the H200's 16 cores.
+  static constexpr size_t kDefaultMaxTotal = 18;
   static size_t default_max_size(size_t size, size_t cores);
+  // kDefaultMaxTotal, never below `max_size` (one set in use may always grow to it).
+  static size_t default_max_total(size_t max_size);
 
   // Keeps `size` workers per prewarm set (0: the pool stays empty and take() returns null), for
   // at most `max_sets` sets at once.
@@ -128,12 +142,16 @@ private:
     // from front to back: front() is the busiest window remembered (a sliding-window maximum).
     std::deque<std::pair<Clock::time_point, size_t>> busiest;
   };
-  // With mutex_ held: what a pool keeps, size + a demand, at most max_size; for the current
-  // window's demand alone (`current`) and with the busiest window remembered (`remembered`).
+  // With mutex_ held: what a pool keeps, size + a demand, at most its share (share()); for the
+  // current window's demand alone (`current`) and with the busiest window remembered
+  // (`remembered`).
   struct Targets {
     size_t current = 0, remembered = 0;
   };
   Targets targets(const SetPool& pool) const;
+  // With mutex_ held: the most a set's pool keeps now, max_total shared among the sets in use,
+  // at most max_size and at least size.
+  size_t share() const;
   void refill(SetPool& pool); // with mutex_ held
 
   boost::asio::any_io_executor executor_;

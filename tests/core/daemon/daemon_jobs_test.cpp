@@ -172,7 +172,8 @@ bool compiled_in_prewarmed_worker(const HttpResult& r) {
 
 TEST(DaemonWarmWorkers, JobsRunInPrestartedWorkersThatRanTheirPluginsPrewarm) {
   DaemonDirs dirs;
-  DaemonProcess daemon(dirs.state(), dirs.socket(), {"--warm-workers", "1"});
+  DaemonProcess daemon(dirs.state(), dirs.socket(),
+                       {"--warm-workers", "1", "--warm-workers-total", "5"});
   ASSERT_TRUE(daemon.wait_ready()) << daemon.log();
   // The first job of a prewarm set starts its own worker (the daemon learns the set from it);
   // from then on one worker prestarted for that set waits, each job takes it and the pool starts
@@ -217,6 +218,7 @@ TEST(DaemonWarmWorkers, JobsRunInPrestartedWorkersThatRanTheirPluginsPrewarm) {
       << json::serialize(prewarm);
   const auto warm = all.at("warm_workers").as_object();
   EXPECT_EQ(warm.at("per_set"), 1);
+  EXPECT_EQ(warm.at("max_total"), 5); // --warm-workers-total: the sets in use share it
   EXPECT_EQ(warm.at("sets"), 1);
   EXPECT_EQ(warm.at("taken_total"), 3);
   EXPECT_EQ(warm.at("missed_total"), 1);

@@ -233,14 +233,56 @@ TEST(WarmPool, MemoryToSpareIsAQuarterOfTheMachineAvailable) {
   EXPECT_FALSE(spare(""));
 }
 
-TEST(WarmPool, ByDefaultAPoolGrowsToHalfTheCoresAtMostSixAndNeverBelowItsSize) {
-  EXPECT_EQ(WarmPool::default_max_size(2, 16), 6u); // the GPU machine: 16 cores
-  EXPECT_EQ(WarmPool::default_max_size(2, 128), 6u);
+TEST(WarmPool, ByDefaultAPoolGrowsToHalfTheCoresAtMostEightAndNeverBelowItsSize) {
+  EXPECT_EQ(WarmPool::default_max_size(2, 16), 8u); // the GPU machine: 16 cores
+  EXPECT_EQ(WarmPool::default_max_size(2, 128), 8u);
   EXPECT_EQ(WarmPool::default_max_size(2, 8), 4u);
   EXPECT_EQ(WarmPool::default_max_size(2, 2), 2u); // CI's 2 cores: no growth
   EXPECT_EQ(WarmPool::default_max_size(2, 1), 2u);
-  EXPECT_EQ(WarmPool::default_max_size(8, 16), 8u); // --warm-workers above it: no growth
-  EXPECT_EQ(WarmPool::default_max_size(0, 16), 6u); // unused: a size of 0 keeps nothing
+  EXPECT_EQ(WarmPool::default_max_size(10, 16), 10u); // --warm-workers above it: no growth
+  EXPECT_EQ(WarmPool::default_max_size(0, 16), 8u);   // unused: a size of 0 keeps nothing
+  // The sets in use share 18 by default, never less than one set may take.
+  EXPECT_EQ(WarmPool::default_max_total(8), 18u);
+  EXPECT_EQ(WarmPool::default_max_total(20), 20u);
+}
+
+// The sets in use share max_total: one hot set (a reinforcement-learning loop grading one kernel
+// type) grows to max_size, and as more sets come into use each keeps a smaller share, never below
+// `size`, the others' extras let go as the new set comes; a set no job used for kDemandMemory no
+// longer counts.
+TEST(WarmPool, TheSetsInUseShareTheTotalAndOneHotSetTakesItsMax) {
+  boost::asio::io_context ctx;
+  WarmPool::Clock::time_point now = WarmPool::Clock::time_point{} + std::chrono::hours(1);
+  WarmPool pool(ctx.get_executor(), worker_exe(), {},
+                WarmPool::Sizing{.size = 1,
+                                 .max_size = 4,
+                                 .max_sets = 4,
+                                 .max_total = 6,
+                                 .now = [&] { return now; },
+                                 .memory_to_spare = [] { return true; },
+                                 .gpu_memory_to_spare = [] { return true; }});
+  const auto a = set_of({"a.so"}), b = set_of({"b.so"}), c = set_of({"c.so"}), d = set_of({"d.so"});
+  // Whether a job of `set` found a worker ready (each take readies the set's pool again).
+  const auto found_one = [&](const WarmPool::PrewarmSet& set) { return pool.take(set) != nullptr; };
+  EXPECT_FALSE(found_one(a));
+  EXPECT_EQ(pool.stats().ready, 4u); // one set in use: its first job readies max_size (not 6)
+  EXPECT_FALSE(found_one(b));
+  EXPECT_EQ(pool.stats().ready, 6u) << "two sets: 3 each";
+  EXPECT_EQ(pool.stats().target, 6u);
+  EXPECT_FALSE(found_one(c));
+  EXPECT_EQ(pool.stats().ready, 6u) << "three sets: 2 each, a's and b's extras let go";
+  EXPECT_FALSE(found_one(d));
+  EXPECT_EQ(pool.stats().ready, 4u) << "four sets: 6 / 4 is 1, and `size` is 1";
+  EXPECT_EQ(pool.stats().sets, 4u);
+
+  // Past kDemandMemory without jobs, b, c and d are no longer in use: a takes its max again.
+  now += WarmPool::kDemandMemory + std::chrono::seconds(1);
+  EXPECT_TRUE(found_one(a));
+  EXPECT_TRUE(found_one(a));
+  EXPECT_TRUE(found_one(a));
+  const auto stats = pool.stats();
+  EXPECT_EQ(stats.ready, 4u + 3u) << "a grew with its jobs to max_size; b, c, d keep `size`";
+  EXPECT_EQ(stats.held_back_by_memory, 0u);
 }
 
 // Workers started together do not finish their prewarm in order (the cores are shared, device
