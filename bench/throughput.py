@@ -11,6 +11,8 @@ The batch (--repeat times over, shuffled with a fixed seed):
   examples/torch_cuda_kernelbench_add.json  (KernelBench's load_inline add)
   examples/cuda_vector_add_compare.json     (cuda type)
   examples/triton_compare_torch.json        (triton type)
+Only with --only (not in the mixed batch): examples/cuda_vector_add.json, a cuda kernel evaluated
+alone (one side: validation and timing, no reference), the kind of job issue 17's 0.1 s is about.
 
 keval:    one daemon (prestarted workers as configured), --clients requests in flight through
           keval.Client; jobs/min over the batch, each job's latency, the GPU's busy fraction,
@@ -74,6 +76,8 @@ SIZED = {
 }
 EXAMPLES = ["torch_kernelbench_compare.json", "torch_cuda_kernelbench_add.json",
             "cuda_vector_add_compare.json", "triton_compare_torch.json"]
+# Problems run only when --only names them.
+ONLY_EXAMPLES = ["cuda_vector_add.json"]
 
 # What KernelBench's eval_kernel_against_ref does, in one fresh process: the harness of
 # bench/torch_cuda_compile.py, shared so that both benches measure the same procedure.
@@ -85,17 +89,18 @@ def batch(repeat, only=()):
     """The mixed batch, `repeat` copies shuffled; `only`: just these problems (names as listed
     in the rows, example files without .json)."""
     jobs = []
+    examples = EXAMPLES + [e for e in ONLY_EXAMPLES if e.removesuffix(".json") in only]
     for name, src in SIZED.items():
         jobs.append((name, {"ref_kernel": {"kernel_type": "torch", "source_code": src},
                             "custom_kernel": {"kernel_type": "torch",
                                               "source_code": src + "\nModelNew = Model\n"}}))
-    for example in EXAMPLES:
+    for example in examples:
         jobs.append((example.removesuffix(".json"),
                      json.loads((ROOT / "examples" / example).read_text())))
     if only:
         unknown = sorted(set(only) - {name for name, _ in jobs})
         if unknown:
-            sys.exit(f"--only: no problem named {', '.join(unknown)} (the batch has "
+            sys.exit(f"--only: no problem named {', '.join(unknown)} (there are "
                      f"{', '.join(name for name, _ in jobs)})")
         jobs = [(name, request) for name, request in jobs if name in only]
     out = [(name, dict(request, num_trials=100)) for _ in range(repeat) for name, request in jobs]
@@ -119,6 +124,18 @@ def local_daemon(args, prefix):
     """A client of a daemon of its own (fresh state, args.serve_arg), stopped by close()."""
     return keval.Client.local(keval_bin=args.keval, serve_args=args.serve_arg, timeout=60,
                               state_dir=tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+def kernels_of(request):
+    """The request's kernels: a compare's two sides, or an evaluate's one."""
+    if "kernel" in request:
+        return [request["kernel"]]
+    return [request["ref_kernel"], request["custom_kernel"]]
+
+
+def send(client, request):
+    """The request as its form says: an evaluate (one `kernel`) or a compare."""
+    return client.evaluate(request) if "kernel" in request else client.compare(request)
 
 
 def metadata_of(response):
@@ -149,11 +166,10 @@ def run_keval(args, jobs, label="keval"):
         learning = time.perf_counter()
         seen = set()
         for name, request in jobs:
-            types = tuple(sorted(k["kernel_type"] for k in (request["ref_kernel"],
-                                                               request["custom_kernel"])))
+            types = tuple(sorted(k["kernel_type"] for k in kernels_of(request)))
             if types not in seen:
                 seen.add(types)
-                client.compare(request)
+                send(client, request)
         print(f"   ({len(seen)} unmeasured jobs, one per prewarm set, took "
               f"{time.perf_counter() - learning:.0f} s)")
         before = client.stats()
@@ -166,7 +182,7 @@ def run_keval(args, jobs, label="keval"):
         def one(numbered):
             number, (name, request) = numbered
             t = time.perf_counter()
-            r = client.compare(request)
+            r = send(client, request)
             if args.responses:
                 path = Path(args.responses) / f"{label}-{number:03d}-{name}.json"
                 path.write_text(json.dumps(r.raw, indent=1))
@@ -319,7 +335,7 @@ def run_sequence(args, n):
     client = local_daemon(args, "kv-seq-")
     try:
         t = time.perf_counter()
-        client.compare(request)  # cold: teaches the daemon the set, as the first request would
+        send(client, request)  # cold: teaches the daemon the set, as the first request would
         print(f"   the cold compare took {time.perf_counter() - t:.1f} s")
         bursts = []
         for k in range(args.bursts):
@@ -354,7 +370,7 @@ def run_burst(client, request, n, label, responses=None):
     start = time.perf_counter()
     for number in range(n):
         t = time.perf_counter()
-        r = client.compare(request)
+        r = send(client, request)
         latencies.append(time.perf_counter() - t)
         if responses:
             path = Path(responses) / f"{label.replace(' ', '_')}-{number:03d}.json"
@@ -405,20 +421,22 @@ def run_fresh(args, jobs):
     latencies, failures = [], []
     start = time.perf_counter()
     for k, (name, request) in enumerate(jobs):
-        ref, custom = request["ref_kernel"], request["custom_kernel"]
-        kernelbench_style = ref["kernel_type"] == "torch" and "class Model" in ref["source_code"] \
-            and custom["kernel_type"] in ("torch", "torch_cuda")
+        kernelbench_style = "kernel" not in request and \
+            request["ref_kernel"]["kernel_type"] == "torch" and \
+            "class Model" in request["ref_kernel"]["source_code"] and \
+            request["custom_kernel"]["kernel_type"] in ("torch", "torch_cuda")
         t = time.perf_counter()
         if kernelbench_style:
-            (work / "ref.py").write_text(ref["source_code"])
-            (work / "custom.py").write_text(custom["source_code"])
+            (work / "ref.py").write_text(request["ref_kernel"]["source_code"])
+            (work / "custom.py").write_text(request["custom_kernel"]["source_code"])
             done = subprocess.run([args.python, "-c", KERNELBENCH_WAY, str(work / "ref.py"),
                                    str(work / "custom.py")], capture_output=True, text=True,
                                   env=env, timeout=900)
         else:
             path = work / f"request{k}.json"
             path.write_text(json.dumps(request))
-            done = subprocess.run([args.keval, "compare", str(path), "--json"],
+            done = subprocess.run([args.keval, "evaluate" if "kernel" in request else "compare",
+                                   str(path), "--json"],
                                   capture_output=True, text=True, timeout=900)
         latencies.append(time.perf_counter() - t)
         if done.returncode != 0:
@@ -440,7 +458,7 @@ def main():
     parser.add_argument("--only", action="append", default=[], metavar="PROBLEM",
                         help="the batch of these problems alone (repeat; e.g. --only "
                              "cuda_vector_add_compare --repeat 40: cuda jobs/min with --clients "
-                             "in flight)")
+                             "in flight); also cuda_vector_add, an evaluate of one cuda kernel")
     parser.add_argument("--serve-arg", action="append", default=[],
                         help="an argument for keval serve (repeat: --serve-arg=--warm-workers-max "
                              "--serve-arg=6)")
