@@ -184,12 +184,17 @@ void WarmPool::refill(SetPool& pool) {
   }
   while (pool.workers.size() > wanted)
     pool.workers.pop_back(); // the newest, which may not have finished prewarming: killed
-  // A set that came into use made every set's share smaller: the others' extras go now, not at
-  // their next job.
-  const size_t most = share();
-  for (auto& other : pools_)
-    while (&other != &pool && other.workers.size() > most)
+  // The others keep what their own demand asks for now, within the share: a set that came into
+  // use made every share smaller, and a set whose demand is forgotten keeps `size`. Their extras
+  // go now, not at their next job, which may never come: the sets together stay within
+  // max_total.
+  for (auto& other : pools_) {
+    if (&other == &pool)
+      continue;
+    const size_t keep = targets(other).remembered;
+    while (other.workers.size() > keep)
       other.workers.pop_back();
+  }
   while (pool.workers.size() < wanted) {
     if (pool.workers.size() >= sizing_.size && !machine_memory) {
       ++stats_.held_back_by_memory;

@@ -26,7 +26,8 @@
 //
 // The sets share the machine: past their `size`, the pools of the sets in use (a job in the last
 // kDemandMemory) grow to at most `max_total` together, each to max_total / (sets in use) and never
-// past max_size. A reinforcement-learning loop grading one kernel type has one hot set, which may
+// past max_size; a set whose demand is forgotten keeps `size`, and any set's job lets the others'
+// extras go. A reinforcement-learning loop grading one kernel type has one hot set, which may
 // take max_size; a mixed batch has three or four, whose workers would otherwise all prewarm and
 // wait at once (8 per set for a mixed batch's three sets: 17 % fewer jobs a minute than 6 on the
 // H200, where 8 for a burst of one set had no job wait for its worker and 6 had its seventh to

@@ -249,7 +249,7 @@ TEST(WarmPool, ByDefaultAPoolGrowsToHalfTheCoresAtMostEightAndNeverBelowItsSize)
 // The sets in use share max_total: one hot set (a reinforcement-learning loop grading one kernel
 // type) grows to max_size, and as more sets come into use each keeps a smaller share, never below
 // `size`, the others' extras let go as the new set comes; a set no job used for kDemandMemory no
-// longer counts.
+// longer counts, and its extras go at the next job of any set.
 TEST(WarmPool, TheSetsInUseShareTheTotalAndOneHotSetTakesItsMax) {
   boost::asio::io_context ctx;
   WarmPool::Clock::time_point now = WarmPool::Clock::time_point{} + std::chrono::hours(1);
@@ -283,6 +283,12 @@ TEST(WarmPool, TheSetsInUseShareTheTotalAndOneHotSetTakesItsMax) {
   const auto stats = pool.stats();
   EXPECT_EQ(stats.ready, 4u + 3u) << "a grew with its jobs to max_size; b, c, d keep `size`";
   EXPECT_EQ(stats.held_back_by_memory, 0u);
+
+  // Ten minutes on, b alone is in use: a's demand is forgotten, and its extras go as b's job
+  // comes, not at a next job of a's that may never come.
+  now += WarmPool::kDemandMemory + std::chrono::seconds(1);
+  EXPECT_TRUE(found_one(b));
+  EXPECT_EQ(pool.stats().ready, 1u + 2u + 1u + 1u) << "a back to 1, b 1 + this job";
 }
 
 // Workers started together do not finish their prewarm in order (the cores are shared, device
