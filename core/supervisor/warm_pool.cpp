@@ -186,8 +186,8 @@ void WarmPool::refill(SetPool& pool) {
     pool.workers.pop_back(); // the newest, which may not have finished prewarming: killed
   // The others keep what their own demand asks for now, within the share: a set that came into
   // use made every share smaller, and a set whose demand is forgotten keeps `size`. Their extras
-  // go now, not at their next job, which may never come: the sets together stay within
-  // max_total.
+  // go now, not at their next job, which may never come: the sets in use stay within max_total
+  // together, and the others keep `size`.
   for (auto& other : pools_) {
     if (&other == &pool)
       continue;
