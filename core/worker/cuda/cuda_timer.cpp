@@ -58,9 +58,9 @@ public:
     try {
       if (trace) {
         ActivityTrace::load_ahead(); // done already where the runner loaded it ahead of its job
-        setup_ms_["trace_load"] = spent();
+        setup_ms_[kSetupTraceLoad] = spent();
         trace_ = &ActivityTrace::start();
-        setup_ms_["trace_enable"] = spent();
+        setup_ms_[kSetupTraceEnable] = spent();
       } else {
         untraced_ = "turned off by the request (device_trace: false)";
       }
@@ -70,7 +70,7 @@ public:
     spent();
     if (capture_it) {
       capture();
-      setup_ms_["capture"] = spent();
+      setup_ms_[kSetupCapture] = spent();
     }
   }
   CudaTimer(const CudaTimer&) = delete;

@@ -91,10 +91,14 @@ public:
   virtual SampleActivity sample_activity() {
     throw std::logic_error("sample_activity() of a timer that traces nothing");
   }
-  // Where making it took its time, in milliseconds by part ("trace_load", "trace_enable",
-  // "capture": runner_msg::timer_account), a diagnostic for the job's account of its profiling
-  // (sampling.time_ms.setup_parts).
+  // Where making it took its time, in milliseconds by part (kSetupParts), a diagnostic for the
+  // job's account of its profiling (sampling.time_ms.setup_parts; a runner's timer reply carries
+  // it as host_ms).
   virtual std::map<std::string, double> setup_ms() const { return {}; }
+  static constexpr const char* kSetupTraceLoad = "trace_load";     // the device tracer loaded
+  static constexpr const char* kSetupTraceEnable = "trace_enable"; // ... and turned on
+  static constexpr const char* kSetupCapture = "capture";          // the launch captured
+  static constexpr const char* kSetupParts[] = {kSetupTraceLoad, kSetupTraceEnable, kSetupCapture};
 };
 
 class Engine {

@@ -1336,8 +1336,7 @@ private:
         const json::object reply = prepare_timer(t, true);
         const double wall_ms = ms_since(preparing);
         spent_.setup_timers[side->name] += wall_ms;
-        add_runner_account(reply, wall_ms, runner_msg::timer_account::kAll,
-                           spent_.setup_in_runner[side->name]);
+        add_runner_account(reply, wall_ms, Timer::kSetupParts, spent_.setup_in_runner[side->name]);
         timed.push_back(std::move(t));
       }
       same_method(timed);
@@ -1867,7 +1866,7 @@ private:
   // Where a sample call's time went inside the runner (runner_msg::sample_account), summed into
   // sampling.time_ms.runs_calls_in_runner. A process of user code says it, so it is a diagnostic
   // that decides nothing, and is taken only for those names and as far as the call's own wall time
-  // allows. The same for a timer call (runner_msg::timer_account, into setup_parts).
+  // allows. The same for a timer call (Timer::kSetupParts, into setup_parts).
   template <size_t N>
   static void add_runner_account(const json::object& reply, double wall_ms,
                                  const char* const (&parts)[N],
@@ -2172,7 +2171,7 @@ private:
     double setup = 0;                           // the first inputs, each side's arguments and timer
     double setup_inputs = 0;                    // of setup: the first inputs
     std::map<std::string, double> setup_timers; // of setup: each side's timer, by side
-    // of setup_timers: the runner's account of its timer (runner_msg::timer_account), by side
+    // of setup_timers: the runner's account of its timer (Timer::kSetupParts), by side
     std::map<std::string, std::map<std::string, double>> setup_in_runner;
     double warm_up = 0; // the warm-up runs (SideTiming::warmup_runs), their inputs included
     double inputs = 0;  // making each sample's fresh inputs and writing them into the bindings

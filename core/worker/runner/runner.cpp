@@ -326,8 +326,7 @@ private:
   // the timer.
   void load_trace_ahead() {
 #ifdef KEVAL_HAVE_CUDA
-    if (binds_device_ && plugin_ != nullptr && plugin_->has(KEVAL_CAP_DEVICE_CUDA) &&
-        !trace_loading_.valid())
+    if (binds_cuda_device_ && !trace_loading_.valid())
       trace_loading_ = std::async(std::launch::async, load_device_trace_ahead);
 #endif
   }
@@ -335,13 +334,11 @@ private:
   // `device`: false for the trusted worker's builder, which never binds one.
   json::object load_plugin(const std::string& path, bool device) {
     plugin_ = &load(path);
-    binds_device_ = device;
+    binds_cuda_device_ = device && plugin_->has(KEVAL_CAP_DEVICE_CUDA);
 #ifdef KEVAL_HAVE_CUDA
     // The device is opened beside the compile instead of after the grant (see EngineOpener).
-    if (device && plugin_->has(KEVAL_CAP_DEVICE_CUDA))
+    if (binds_cuda_device_)
       open_device(plugin_->has(KEVAL_CAP_ONE_STREAM));
-#else
-    (void)device;
 #endif
     json::object manifest;
     manifest["kernel_type"] = plugin_->manifest().kernel_type;
@@ -765,8 +762,9 @@ private:
   std::map<std::string, std::vector<std::unique_ptr<Tensor>>> shared_; // kind -> share()
   std::string nvtx_range_;
   bool user_code_loaded_ = false; // a compile, companion or program command came: no warm_device
-  bool binds_device_ = true;      // load_plugin's `device`: false for the trusted worker's builder
-  bool device_warmed_ = false;    // warm_device came (at most once)
+  // load_plugin: its plugin runs on CUDA and it binds a device (not the trusted worker's builder)
+  bool binds_cuda_device_ = false;
+  bool device_warmed_ = false; // warm_device came (at most once)
 #ifdef KEVAL_HAVE_CUDA
   EngineOpener opener_;
   std::future<void> trace_loading_; // load_device_trace_ahead, started once a kernel compiled

@@ -35,7 +35,8 @@
 //                                                          (capture false: events; trace false:
 //                                                          no device trace; untraced: why there
 //                                                          is none; host_ms: where making it
-//                                                          took its time, a diagnostic)
+//                                                          took its time, a diagnostic:
+//                                                          Timer::setup_ms, Timer::kSetupParts)
 //   trusted: sample          {binding}                  -> {ms, activity? | activity_lost?,
 //                                                          outputs[...]} + fds (returned ones;
 //                            activity: worker/engine/device_work.hpp's SampleActivity)
@@ -109,11 +110,6 @@ inline constexpr const char* kTrace = "trace";             // reading the run's 
 inline constexpr const char* kShare = "share";             // handing the outputs over
 inline constexpr const char* kAll[] = {kSample, kSynchronize, kTrace, kShare};
 } // namespace sample_account
-// A timer reply's host_ms: where making the timer went in the runner (a diagnostic;
-// Timer::setup_ms).
-namespace timer_account {
-inline constexpr const char* kAll[] = {"trace_load", "trace_enable", "capture"};
-} // namespace timer_account
 // Where a runner finds its channel (apply_sandbox moves it to a high descriptor).
 inline constexpr const char* kChannelFdVariable = "KEVAL_RUNNER_CHANNEL_FD";
 
