@@ -83,6 +83,15 @@ def validated_and_profiled():
           "result": {"ok": True, "method": "cuda_event", "custom": timing}})
 )";
 
+// Writes the scripted worker `dir`/fake-worker.py, its `start`, kScriptedWorkerProtocol and its
+// `job` in that order, runnable by its owner; its path.
+inline fs::path write_scripted_worker(const fs::path& dir, const char* start, const char* job) {
+  const fs::path worker = dir / "fake-worker.py";
+  std::ofstream(worker) << start << kScriptedWorkerProtocol << job;
+  fs::permissions(worker, fs::perms::owner_all);
+  return worker;
+}
+
 struct HttpResult {
   unsigned status = 0;
   std::string text;                                         // the body

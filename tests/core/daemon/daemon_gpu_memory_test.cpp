@@ -47,9 +47,8 @@ send({"type": "done", "device_memory": memory()})
 class DaemonGpuMemory : public ::testing::Test {
 protected:
   DaemonGpuMemory() {
-    const fs::path worker = scratch_.path() / "fake-worker.py";
-    std::ofstream(worker) << kFakeWorkerStart << kScriptedWorkerProtocol << kFakeWorkerJob;
-    fs::permissions(worker, fs::perms::owner_all);
+    const fs::path worker =
+        write_scripted_worker(scratch_.path(), kFakeWorkerStart, kFakeWorkerJob);
     set_free_gib(20);
     daemon_.emplace(dirs_.state(), dirs_.socket(),
                     std::vector<std::string>{"--warm-workers", "1", "--warm-workers-max", "4"},

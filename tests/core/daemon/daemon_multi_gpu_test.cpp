@@ -84,9 +84,8 @@ send({"type": "done"})
 class DaemonMultiGpu : public ::testing::Test {
 protected:
   DaemonMultiGpu() {
-    const fs::path worker = scratch_.path() / "fake-worker.py";
-    std::ofstream(worker) << kFakeWorkerStart << kScriptedWorkerProtocol << kFakeWorkerJob;
-    fs::permissions(worker, fs::perms::owner_all);
+    const fs::path worker =
+        write_scripted_worker(scratch_.path(), kFakeWorkerStart, kFakeWorkerJob);
     fs::create_directories(holding());
     fs::create_directories(events());
     fs::create_directories(events().string() + ".partial");
