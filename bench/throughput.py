@@ -172,6 +172,7 @@ def run_keval(args, jobs, label="keval"):
                 send(client, request)
         print(f"   ({len(seen)} unmeasured jobs, one per prewarm set, took "
               f"{time.perf_counter() - learning:.0f} s)")
+        print(f"   CUDA driver held by the daemon: {json.dumps(client.health().driver)}")
         before = client.stats()
         latencies, failures = [], []
         profiling_ms = {}  # sampling.time_ms summed: where profiling's wall time went

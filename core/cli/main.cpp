@@ -134,6 +134,11 @@ options (serve):
                             workers past their --warm-workers: each grows to at most N / sets
                             in use, and to --warm-workers-max (default: 18, at least
                             --warm-workers-max)
+  --no-driver-hold          do not keep the CUDA driver initialised while serving (by default,
+                            on a machine with GPUs, one process does: cuInit, no context, no
+                            device memory; without it, a fresh worker's cuInit redoes the
+                            machine's initialisation whenever no other process holds it,
+                            about 0.1 s; /health "driver" says which)
   --max-body-bytes N        request body limit; larger bodies get 413 (default 67108864)
   --http-timeout SECONDS    limit on every read of a request (an idle kept-alive connection
                             included: it is closed after this) and write of a response (default 30)
@@ -466,6 +471,8 @@ int main(int argc, char** argv) {
       serve_options.warm_workers_max = number("--warm-workers-max");
     else if (a == "--warm-workers-total")
       serve_options.warm_workers_total = number("--warm-workers-total");
+    else if (a == "--no-driver-hold")
+      serve_options.hold_driver = false;
     else if (a == "--max-body-bytes")
       serve_options.max_body_bytes = number("--max-body-bytes");
     else if (a == "--http-timeout")

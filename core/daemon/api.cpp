@@ -211,6 +211,8 @@ HttpResponse Api::health() const {
   body["gpus"] = std::move(gpus);
   if (!discovery_.reason.empty())
     body["gpu_discovery"] = discovery_.reason;
+  if (config_.driver_status)
+    body["driver"] = config_.driver_status();
   body["cpu_device"] = true;
   const StatsSnapshot stats = jobs_.stats();
   // max_active: jobs this daemon runs at once, what a client that wants to keep it busy submits.

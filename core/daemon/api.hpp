@@ -38,6 +38,8 @@ struct ApiConfig {
   std::chrono::seconds retry_after{5};   // sent with 503 when the queue is full
   // What GET /stats and /metrics report of the HTTP connections; none when not set.
   std::function<ConnectionStats()> connection_stats;
+  // What GET /health reports as "driver" (DriverHold::status); none when not set.
+  std::function<boost::json::object()> driver_status;
 };
 
 class Api {

@@ -11,6 +11,7 @@
 #include "daemon/detail/unix_socket.hpp"
 #include "daemon/device_discovery.hpp"
 #include "daemon/device_pool.hpp"
+#include "daemon/driver_hold.hpp"
 #include "daemon/job_manager.hpp"
 #include "protocol/frame.hpp"
 #include "registry/registry.hpp"
@@ -32,6 +33,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/json/serialize.hpp>
 #include <sys/resource.h>
 
 namespace keval::daemon {
@@ -181,6 +183,17 @@ int serve(const ServeOptions& options) {
                  gpu.memory_bytes >> 20);
   if (discovery.gpus.empty())
     spdlog::warn("no GPU: {}; CPU-mode kernel types only", discovery.reason);
+  // Outlives everything that reports it (the Api); ended as serve returns.
+  const DriverHold driver = discovery.gpus.empty() ? DriverHold::none("no GPU")
+                            : options.hold_driver  ? DriverHold(options.worker_exe)
+                                                   : DriverHold::none("--no-driver-hold");
+  if (driver.held())
+    spdlog::info("the CUDA driver is held initialised: {}",
+                 boost::json::serialize(driver.status()));
+  else if (!discovery.gpus.empty())
+    spdlog::warn("the CUDA driver is not held ({}): a worker's cuInit redoes the machine's "
+                 "initialisation whenever no other process holds it",
+                 boost::json::serialize(driver.status().at("reason")));
 
   // Two event loops. Jobs run on one thread: Boost.Process forks with notify_fork on the workers'
   // io_context, which must not race with other threads using that context. HTTP runs on a pool.
@@ -234,6 +247,7 @@ int serve(const ServeOptions& options) {
   api_config.limits.max_request_bytes = options.max_body_bytes;
   api_config.max_body_bytes = options.max_body_bytes;
   api_config.connection_stats = [&connection_slots] { return connection_slots.stats(); };
+  api_config.driver_status = [&driver] { return driver.status(); };
   Api api(jobs, registry, devices, std::move(discovery), api_config);
   const detail::HttpSettings http{options.max_body_bytes, options.http_timeout};
 

@@ -39,6 +39,9 @@ struct ServeOptions {
   std::optional<size_t> warm_workers_max;
   // ... over the sets in use together, shared among them. Unset: WarmPool::default_max_total.
   std::optional<size_t> warm_workers_total;
+  // Keep the CUDA driver initialised while serving, in a process of its own (driver_hold.hpp), on
+  // a machine with GPUs.
+  bool hold_driver = true;
   uint64_t max_body_bytes = 64ull << 20;
   // Connections served at once (Unix and TCP together); past it, 503. The descriptor limit
   // (RLIMIT_NOFILE) is raised to fit, or the daemon does not start.

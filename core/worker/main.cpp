@@ -4,7 +4,8 @@
 // runs in a runner, `keval-worker --runner`, a child of its own (see worker/runner). Also answers
 // `--describe PLUGIN...` for the host's registry, so the host learns manifests without ever loading
 // plugin code itself, and `--devices` for the daemon's GPU pool, so the host learns the GPUs
-// without ever loading the CUDA driver itself.
+// without ever loading the CUDA driver itself, and `--hold-driver` for the daemon's driver hold
+// (daemon/driver_hold.hpp).
 //
 // Usage:
 //   keval-worker --protocol-fd FD [--prewarm PLUGIN.so]...
@@ -12,6 +13,7 @@
 //      before the hello, so the job finds its interpreter and frameworks loaded)
 //   keval-worker --describe PLUGIN.so [PLUGIN.so ...]   (one JSON object per line on stdout)
 //   keval-worker --devices                              (one JSON object on stdout)
+//   keval-worker --hold-driver    (one JSON object on stdout, then waits for its stdin to end)
 #include "common/log.hpp"
 #include "common/version.hpp"
 #include "protocol/blocking_channel.hpp"
@@ -37,6 +39,7 @@
 #endif
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +58,7 @@
 #include <boost/json/array.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value_to.hpp>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 namespace {
@@ -355,6 +359,41 @@ private:
 #endif
 };
 
+// The daemon's driver hold (daemon/driver_hold.hpp): the CUDA driver initialised in one process
+// for as long as the daemon lives. While no process on the machine has it initialised, every
+// cuInit does the machine's whole initialisation again (about 100 ms on an H200, against 10 with
+// one process holding it) and every last process's exit undoes it; a daemon serving one client's
+// cuda jobs, one fresh worker at a time, paid both for every job. Creates no context and holds no
+// device memory. Prints {"held": true, "init_ms": ...} or {"held": false, "reason": ...}, then
+// (held) waits until its standard input ends: the daemon closes it as it stops, and a daemon
+// that dies takes it along (the parent-death signal of every child the host spawns).
+int hold_driver() {
+  ::prctl(PR_SET_DUMPABLE, 0); // like every trusted process: no user code may reach into it
+  boost::json::object out;
+#ifdef KEVAL_HAVE_CUDA
+  const auto started = std::chrono::steady_clock::now();
+  std::string reason;
+  const int count = keval::cuda::usable_device_count(&reason);
+  out["held"] = count > 0;
+  if (count > 0)
+    out["init_ms"] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+            .count();
+  else
+    out["reason"] = reason;
+#else
+  out["held"] = false;
+  out["reason"] = "this keval-worker was built without the CUDA toolkit";
+#endif
+  std::cout << boost::json::serialize(out) << std::endl;
+  if (!out["held"].as_bool())
+    return 0;
+  char byte = 0;
+  while (::read(STDIN_FILENO, &byte, 1) > 0 || errno == EINTR)
+    errno = 0;
+  return 0;
+}
+
 // The host's job frame. A prestarted worker is told `taken` first (its job waits for it), which
 // mattered only while it waited for its device-open turn.
 boost::json::object receive_job(keval::protocol::BlockingChannel& channel) {
@@ -416,6 +455,8 @@ int main(int argc, char** argv) {
     return describe(argc, argv);
   if (argc == 2 && std::strcmp(argv[1], "--devices") == 0)
     return list_devices();
+  if (argc == 2 && std::strcmp(argv[1], "--hold-driver") == 0)
+    return hold_driver();
   // `--program-step POLICY -- ARGV...`: one command of a whole program, sandboxed in its
   // runner's place (worker/program/step_process.hpp).
   if (argc >= 2 && std::strcmp(argv[1], keval::worker::program::kStepOption) == 0)
@@ -462,7 +503,8 @@ int main(int argc, char** argv) {
       stderr,
       "keval-worker %s: runs one keval job; started by keval, not by hand.\n"
       "usage: keval-worker --protocol-fd FD [--sandbox POLICY] [--prewarm PLUGIN.so]... | "
-      "--describe PLUGIN.so... | --devices | --sandbox-probe POLICY | --conformance PLUGIN.so "
+      "--describe PLUGIN.so... | --devices | --hold-driver | --sandbox-probe POLICY | "
+      "--conformance PLUGIN.so "
       "--cuda-arch N [--request FILE] | --runner --channel-fd FD [--sandbox POLICY] [--prewarm "
       "PLUGIN.so]...\n",
       keval::kVersion);

@@ -265,6 +265,9 @@ class Health:
     cpu_device: bool = False
     jobs: Dict[str, Any] = field(default_factory=dict)
     gpu_discovery: Optional[str] = None
+    # Whether the daemon keeps the CUDA driver initialised: {"held": True, "pid", "init_ms"} or
+    # {"held": False, "reason"}.
+    driver: Dict[str, Any] = field(default_factory=dict)
     http_status: Optional[int] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -278,7 +281,8 @@ class Health:
                    plugins=[str(p) for p in plugins] if isinstance(plugins, list) else [],
                    gpus=[g for g in gpus if isinstance(g, dict)] if isinstance(gpus, list) else [],
                    cpu_device=body.get("cpu_device") is True, jobs=_obj(body.get("jobs")),
-                   gpu_discovery=_str(body.get("gpu_discovery")), http_status=http_status,
+                   gpu_discovery=_str(body.get("gpu_discovery")), driver=_obj(body.get("driver")),
+                   http_status=http_status,
                    raw=body)
 
     @property

@@ -53,6 +53,10 @@ def test_health_stats_plugins(client):
     assert isinstance(health, Health) and health.ok and health.http_status == 200
     assert "torch" in health.plugins and health.cpu_device
     assert "queue_capacity" in health.jobs
+    if health.gpus:
+        assert isinstance(health.driver.get("held"), bool), health.driver
+    else:  # the CUDA driver is held only where there is a GPU
+        assert health.driver == {"held": False, "reason": "no GPU"}, health.driver
     stats = client.stats()
     assert isinstance(stats, dict) and "connections" in stats
     plugins = client.plugins()

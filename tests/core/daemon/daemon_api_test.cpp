@@ -81,6 +81,11 @@ TEST_F(DaemonApi, HealthStatsPluginsAndMetricsAnswerCurl) {
   EXPECT_NE(std::find(types.begin(), types.end(), json::value("fault")), types.end()) << types;
   EXPECT_TRUE(health.at("gpus").is_array());
   EXPECT_TRUE(health.contains("gpu_discovery") || !health.at("gpus").as_array().empty());
+  // The CUDA driver is held only where there is a GPU (daemon/driver_hold.hpp).
+  if (health.at("gpus").as_array().empty())
+    EXPECT_EQ(health.at("driver"), (json::object{{"held", false}, {"reason", "no GPU"}}));
+  else
+    EXPECT_TRUE(health.at("driver").at("held").is_bool()) << json::serialize(health);
 
   const auto stats = json::parse(get("/stats")).as_object();
   for (const char* key :

@@ -4,6 +4,7 @@
 // (plugin descriptions, the sandbox probe) goes to the real keval-worker.
 #include "support/daemon_harness.hpp"
 
+#include <csignal>
 #include <fstream>
 #include <map>
 #include <set>
@@ -29,6 +30,12 @@ if "--devices" in args:
          "memory_bytes": 80 * gib},
         {"index": 1, "name": "NVIDIA A100-SXM4-80GB", "gpu_type": "A100", "arch": 80,
          "memory_bytes": 80 * gib}]}))
+    sys.exit(0)
+if "--hold-driver" in args:  # held until the daemon closes our input; then it says so
+    print(json.dumps({"held": True, "init_ms": 7.5}), flush=True)
+    sys.stdin.read()
+    with open(os.path.join(os.environ["FAKE_DRIVER_DIR"], "released"), "w") as f:
+        f.write(str(os.getpid()))
     sys.exit(0)
 if "--protocol-fd" not in args or "--prewarm" in args:
     real = os.environ["KEVAL_REAL_WORKER"]
@@ -94,7 +101,8 @@ protected:
                     std::vector<std::string>{"KEVAL_WORKER=" + worker.string(),
                                              "KEVAL_REAL_WORKER=" + worker_exe().string(),
                                              "FAKE_GPU_DIR=" + holding().string(),
-                                             "FAKE_LOG_DIR=" + events().string()});
+                                             "FAKE_LOG_DIR=" + events().string(),
+                                             "FAKE_DRIVER_DIR=" + scratch_.path().string()});
   }
   void SetUp() override { ASSERT_TRUE(daemon_->wait_ready()) << daemon_->log_tail(); }
 
@@ -124,6 +132,27 @@ TEST_F(DaemonMultiGpu, HealthListsEveryGpu) {
   ASSERT_EQ(gpus.size(), 2u) << json::serialize(health);
   EXPECT_EQ(gpus[0].at("type"), "H100");
   EXPECT_EQ(gpus[1].at("type"), "A100");
+}
+
+// The daemon keeps the driver initialised in one process of its own (daemon/driver_hold.hpp) from
+// its start to its stop: the orphan reaper, which kills every child that is not the daemon's own
+// as each job ends, leaves it alone, and an orderly stop ends it through its input, then reaps it.
+TEST_F(DaemonMultiGpu, OneProcessHoldsTheDriverFromStartToStop) {
+  const auto driver = [&] {
+    return HttpClient(socket()).get("/health").json_body().at("driver").as_object();
+  };
+  const json::object at_start = driver();
+  ASSERT_EQ(at_start.at("held"), true) << json::serialize(at_start) << daemon_->log_tail();
+  EXPECT_EQ(at_start.at("init_ms"), 7.5);
+  const auto holder = static_cast<pid_t>(at_start.at("pid").as_int64());
+  EXPECT_EQ(::kill(holder, 0), 0);
+  const auto r = HttpClient(socket()).post("/evaluate", fault_evaluate(json::object{}));
+  ASSERT_EQ(r.status, 200u) << r.body() << daemon_->log_tail();
+  EXPECT_EQ(driver(), at_start) << daemon_->log_tail();
+  daemon_->signal(SIGTERM);
+  ASSERT_TRUE(daemon_->wait_exit(std::chrono::seconds(60))) << daemon_->log_tail();
+  EXPECT_EQ(read_file(scratch_.path() / "released"), std::to_string(holder));
+  EXPECT_NE(::kill(holder, 0), 0) << "the holder outlived the daemon";
 }
 
 TEST_F(DaemonMultiGpu, JobsHoldEveryGpuAtOnce) {
