@@ -57,12 +57,28 @@ bool DevicePool::fits(const Slot& slot, const DeviceWish& wish) const {
          (wish.arch == 0 || slot.device.arch == wish.arch);
 }
 
+// A GPU's jobs that handed it over do not count against its limit.
+bool DevicePool::is_free(const Slot& slot) const {
+  return slot.holders - slot.departing < jobs_per_gpu_;
+}
+
+std::optional<size_t> DevicePool::opened_slot(const DeviceWish& wish) const {
+  if (!wish.opened_cuda)
+    return std::nullopt;
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].device.index == *wish.opened_cuda)
+      return fits(slots_[i], wish) && is_free(slots_[i]) ? std::optional(i) : std::nullopt;
+  return std::nullopt;
+}
+
 std::optional<size_t> DevicePool::free_slot(const DeviceWish& wish) const {
-  // A GPU's jobs that handed it over do not count against its limit; among those free, the one
-  // with fewest holders of any kind (a quiet GPU before one whose last job is still ending).
+  if (auto opened = opened_slot(wish))
+    return opened;
+  // Among the free, the one with fewest holders of any kind (a quiet GPU before one whose last
+  // job is still ending).
   std::optional<size_t> best;
   for (size_t i = 0; i < slots_.size(); ++i)
-    if (fits(slots_[i], wish) && slots_[i].holders - slots_[i].departing < jobs_per_gpu_ &&
+    if (fits(slots_[i], wish) && is_free(slots_[i]) &&
         (!best || slots_[i].holders < slots_[*best].holders))
       best = i;
   return best;
@@ -163,8 +179,27 @@ void DevicePool::forget_quiet_wish(Slot& slot, Ticket ticket) {
   std::erase_if(slot.awaiting_quiet, [&](const auto& wish) { return wish.first == ticket; });
 }
 
-// FIFO among the waiters this GPU fits; a waiter for another type or arch does not block them.
+// First, in arrival order, the waiters whose worker opened a free GPU ahead and those passed over
+// often enough; then FIFO among the waiters each free GPU fits. A waiter for another type or arch
+// does not block them.
 void DevicePool::grant_waiters() {
+  const size_t patience = std::max<size_t>(1, slots_.size() - 1); // see the header
+  std::vector<std::pair<Ticket, size_t>> granted_first;           // ticket, slot
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    const auto slot = it->passed_over >= patience ? free_slot(it->wish) : opened_slot(it->wish);
+    if (slot) {
+      granted_first.emplace_back(it->ticket, *slot);
+      deliver(std::move(it->on_grant), take(*slot, it->ticket, std::move(it->on_quiet)));
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (Waiter& waiter : waiting_)
+    if (std::any_of(granted_first.begin(), granted_first.end(), [&](const auto& grant) {
+          return grant.first > waiter.ticket && fits(slots_[grant.second], waiter.wish);
+        }))
+      ++waiter.passed_over;
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (auto free = free_slot(it->wish)) {
       deliver(std::move(it->on_grant), take(*free, it->ticket, std::move(it->on_quiet)));

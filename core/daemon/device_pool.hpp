@@ -2,6 +2,13 @@
 // and profiling must not share a GPU, or timings lie), and the CPU device, which CPU-mode kernel
 // types share without a lease. Jobs that find every fitting GPU busy wait in FIFO order.
 //
+// On a host with several GPUs, a job whose worker opened its contexts ahead on one of them
+// (DeviceWish::opened_cuda) is granted that one when it is free, and a GPU that comes free goes
+// first to the earliest waiter that opened it: another GPU would cost the job its contexts opened
+// again with the GPU held (657 ms a job on two H200s). A waiter passed over so, by later waiters
+// granted GPUs it could have had, as many times as there are other GPUs (about the hold of one
+// job on its own GPU), takes the next GPU that fits it.
+//
 // A job whose processes are stopped for good hands its GPU over (hand_over) before they have
 // died: the driver takes a couple of hundred milliseconds to tear down a job's contexts, and the
 // next job validates meanwhile. That job's grant says the GPU is not quiet yet, and it times
@@ -41,6 +48,8 @@ struct DeviceWish {
   boost::json::array device_types;     // the worker's preference order: "cuda", "cpu"
   std::optional<std::string> gpu_type; // the request's X-GPU-Type, when given
   int arch = 0;                        // the architecture the job compiled for; 0: any
+  // The GPU (its index) whose contexts the job's worker opened ahead: granted when it is free.
+  std::optional<int> opened_cuda{};
 };
 
 // A decision: a device, or why there is none (type is then empty).
@@ -119,10 +128,11 @@ private:
     std::vector<std::pair<Ticket, std::function<void()>>> awaiting_quiet;
   };
   struct Waiter {
-    Ticket ticket;
+    Ticket ticket; // tickets grow: a later waiter has a larger one
     DeviceWish wish;
     std::function<void(DeviceGrant)> on_grant;
     std::function<void()> on_quiet;
+    size_t passed_over = 0; // later waiters granted a GPU that fit this one
   };
   struct Held {
     std::optional<size_t> slot; // nullopt: the CPU device
@@ -132,6 +142,9 @@ private:
   bool fits(const Slot& slot, const DeviceWish& wish) const;
   int least_loaded_arch(const std::optional<std::string>& gpu_type) const; // with mutex_ held
   std::optional<size_t> free_slot(const DeviceWish& wish) const;
+  bool is_free(const Slot& slot) const;
+  // The GPU its worker opened ahead, when it fits the wish and is free.
+  std::optional<size_t> opened_slot(const DeviceWish& wish) const;
   DeviceGrant take(size_t slot, Ticket ticket, std::function<void()> on_quiet);
   void deliver(std::function<void(DeviceGrant)> on_grant, DeviceGrant grant);
   void grant_waiters();                              // with mutex_ held

@@ -80,6 +80,9 @@ public:
     run_options_.worker_exe = config_.worker_exe;
     run_options_.work_root = config_.state_dir / "work";
     run_options_.sandbox = config_.sandbox;
+    std::vector<int> gpus; // each prestarted worker opens one of them ahead
+    for (const auto& gpu : devices_.snapshot())
+      gpus.push_back(gpu.device.index);
     if (config_.warm_workers > 0)
       warm_ = std::make_unique<supervisor::WarmPool>(
           executor_, config_.worker_exe, config_.sandbox,
@@ -87,6 +90,7 @@ public:
               .size = config_.warm_workers,
               .max_size = config_.warm_workers_max,
               .max_total = config_.warm_workers_total,
+              .gpus = std::move(gpus),
               .gpu_memory_to_spare = [this] { return gpu_memory_.to_spare(); }});
   }
 
@@ -536,8 +540,9 @@ private:
       on_phase(job, name, result);
     };
     handlers.on_need_device = [this, job, arch](const json::array& types,
+                                                std::optional<int> opened_cuda,
                                                 std::function<void(json::object)> grant) {
-      on_need_device(job, types, arch, std::move(grant));
+      on_need_device(job, types, arch, opened_cuda, std::move(grant));
     };
     handlers.on_device_handover = [this, job] {
       std::lock_guard lock(mutex_);
@@ -585,13 +590,13 @@ private:
   }
 
   void on_need_device(const std::shared_ptr<Job>& job, const json::array& types, int arch,
-                      std::function<void(json::object)> grant) {
+                      std::optional<int> opened_cuda, std::function<void(json::object)> grant) {
     {
       std::lock_guard lock(mutex_);
       job->stage = protocol::JobStage::waiting_for_device;
       devices_.end_compile_reservation(std::exchange(job->compile_arch, 0)); // acquire counts it
     }
-    DeviceWish wish{types, job->gpu_type, arch};
+    DeviceWish wish{types, job->gpu_type, arch, opened_cuda};
     const auto ticket = devices_.acquire(
         std::move(wish),
         [this, job, grant = std::move(grant)](const DeviceGrant& decision) {

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdint>
 
 namespace keval::protocol {
 
@@ -427,6 +428,12 @@ WorkerMessage parse_worker_message(const json::object& m) {
         throw ProtocolError("'device_types' holds something other than a string");
       n.device_types.emplace_back(t.as_string());
     }
+    if (m.contains("opened_cuda")) {
+      const int64_t ordinal = integer_at(m, "opened_cuda");
+      if (ordinal < 0 || ordinal > INT32_MAX)
+        throw ProtocolError("'opened_cuda' is not a CUDA ordinal: " + std::to_string(ordinal));
+      n.opened_cuda = static_cast<int>(ordinal);
+    }
     return n;
   }
   if (type == msg::kProgress)
@@ -497,6 +504,8 @@ json::object to_frame(const WorkerMessage& message) {
           for (const auto& t : x.device_types)
             types.emplace_back(t);
           m["device_types"] = std::move(types);
+          if (x.opened_cuda)
+            m["opened_cuda"] = *x.opened_cuda;
         } else if constexpr (std::is_same_v<T, Progress>) {
           m["type"] = msg::kProgress;
           m["phase"] = x.phase;

@@ -190,6 +190,9 @@ struct PhaseMessage {
 };
 struct NeedDevice {
   std::vector<std::string> device_types; // "cuda", "cpu", in order of preference
+  // The CUDA device (its ordinal) whose contexts the job's processes opened ahead, if any: on a
+  // machine with several GPUs, a grant of another one costs the job its opens with the GPU held.
+  std::optional<int> opened_cuda;
 };
 struct Progress {
   std::string phase; // "validating", "profiling"

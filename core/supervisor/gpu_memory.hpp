@@ -8,11 +8,10 @@
 // worker's once it has opened its device, and each job's as it ends (its processes stopped, not yet
 // gone: a job's own memory counts as used, so the pools stay small while jobs are large).
 //
-// Only GPUs that prestarted workers open on count: a worker opens its GPU ahead only where the
-// machine has exactly one (worker/cuda/engine_opener.hpp); elsewhere idle workers hold no device
-// memory and jobs' readings decide nothing. Until a GPU has been read there is nothing to go by,
-// and pools grow by the machine's memory alone: the first reading comes with the first job of a
-// prestarted worker to end.
+// Only GPUs that prestarted workers open on count: each opens the one the pool named at its start
+// (warm_pool.hpp, Sizing::gpus), and jobs' readings of any other decide nothing. Until a GPU has
+// been read there is nothing to go by, and pools grow by the machine's memory alone: the first
+// reading comes with the first job of a prestarted worker to end.
 #pragma once
 
 #include "protocol/job_contract.hpp"

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <string>
 
 namespace keval::supervisor {
@@ -200,9 +201,21 @@ void WarmPool::refill(SetPool& pool) {
       ++stats_.held_back_by_memory;
       return;
     }
+    // The GPU this set's ready workers open least (the first of them on a tie).
+    std::optional<int> device;
+    size_t fewest = std::numeric_limits<size_t>::max();
+    for (const int gpu : sizing_.gpus) {
+      const auto on_it = static_cast<size_t>(
+          std::count_if(pool.workers.begin(), pool.workers.end(),
+                        [&](const auto& worker) { return worker->open_ahead_device() == gpu; }));
+      if (on_it < fewest) {
+        fewest = on_it;
+        device = gpu;
+      }
+    }
     try {
       pool.workers.push_back(
-          PrestartedWorker::spawn(executor_, worker_exe_, sandbox_, pool.plugins));
+          PrestartedWorker::spawn(executor_, worker_exe_, sandbox_, pool.plugins, device));
     } catch (const std::exception& e) {
       spdlog::warn("cannot prestart a worker ({}); jobs start their own", e.what());
       return;

@@ -40,7 +40,8 @@ namespace detail {
 std::unique_ptr<SpawnedWorker> spawn_worker(asio::strand<asio::any_io_executor> strand,
                                             const std::filesystem::path& worker_exe,
                                             const protocol::SandboxPolicy& sandbox,
-                                            const std::vector<std::filesystem::path>& prewarm) {
+                                            const std::vector<std::filesystem::path>& prewarm,
+                                            std::optional<int> open_ahead_device) {
   static std::atomic<uint64_t> workers_started{0};
   auto worker = std::make_unique<SpawnedWorker>(std::move(strand));
   worker->sandbox = sandbox;
@@ -53,6 +54,10 @@ std::unique_ptr<SpawnedWorker> spawn_worker(asio::strand<asio::any_io_executor> 
   for (const auto& plugin : prewarm) {
     args.emplace_back("--prewarm");
     args.push_back(plugin.string());
+  }
+  if (open_ahead_device) {
+    args.emplace_back("--open-ahead-device");
+    args.push_back(std::to_string(*open_ahead_device));
   }
   worker->process.emplace(ExecLauncher{}(worker->strand, worker_exe, args,
                                          bp::process_stdio{nullptr, worker->out, worker->err},
@@ -258,7 +263,7 @@ private:
     json::array types;
     for (const auto& t : need.device_types)
       types.emplace_back(t);
-    on_need_device(types);
+    on_need_device(types, need.opened_cuda);
   }
 
   void on_message(const protocol::Done& done) {
@@ -318,7 +323,7 @@ private:
 
   // --- devices -----------------------------------------------------------------------------
 
-  void on_need_device(const json::array& types) {
+  void on_need_device(const json::array& types, std::optional<int> opened_cuda) {
     move_to(protocol::JobStage::waiting_for_device);
     pause_timer(); // waiting in a queue for a GPU is not the kernel's time
     if (!handlers_.on_need_device) {
@@ -326,7 +331,7 @@ private:
       return;
     }
     auto weak = weak_from_this();
-    handlers_.on_need_device(types, [weak, strand = strand_](json::object decision) {
+    handlers_.on_need_device(types, opened_cuda, [weak, strand = strand_](json::object decision) {
       asio::post(strand, [weak, decision = std::move(decision)]() mutable {
         if (auto self = weak.lock())
           self->grant(std::move(decision));
@@ -566,8 +571,9 @@ std::shared_ptr<WorkerSession> WorkerSession::start(asio::any_io_executor execut
   return session;
 }
 
-PrestartedWorker::PrestartedWorker(std::unique_ptr<detail::SpawnedWorker> parts)
-    : parts_(std::move(parts)) {}
+PrestartedWorker::PrestartedWorker(std::unique_ptr<detail::SpawnedWorker> parts,
+                                   std::optional<int> open_ahead_device)
+    : parts_(std::move(parts)), open_ahead_device_(open_ahead_device) {}
 
 PrestartedWorker::~PrestartedWorker() {
   if (parts_ && parts_->process) {
@@ -581,9 +587,12 @@ PrestartedWorker::~PrestartedWorker() {
 std::unique_ptr<PrestartedWorker>
 PrestartedWorker::spawn(asio::any_io_executor executor, const std::filesystem::path& worker_exe,
                         const protocol::SandboxPolicy& sandbox,
-                        const std::vector<std::filesystem::path>& prewarm) {
-  return std::unique_ptr<PrestartedWorker>(new PrestartedWorker(
-      detail::spawn_worker(asio::make_strand(executor), worker_exe, sandbox, prewarm)));
+                        const std::vector<std::filesystem::path>& prewarm,
+                        std::optional<int> open_ahead_device) {
+  return std::unique_ptr<PrestartedWorker>(
+      new PrestartedWorker(detail::spawn_worker(asio::make_strand(executor), worker_exe, sandbox,
+                                                prewarm, open_ahead_device),
+                           open_ahead_device));
 }
 
 bool PrestartedWorker::alive(std::string* why) {

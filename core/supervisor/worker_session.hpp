@@ -90,8 +90,8 @@ struct SessionHandlers {
   std::function<void(const std::string& phase, const boost::json::object& result)> on_phase;
   std::function<void(const boost::json::object& progress)> on_progress;
   // The worker asks for a device; call `grant` (now or later) with {"device": {...}} or
-  // {"error": "..."}.
-  std::function<void(const boost::json::array& device_types,
+  // {"error": "..."}. `opened_cuda`: the CUDA device its processes opened ahead, if any.
+  std::function<void(const boost::json::array& device_types, std::optional<int> opened_cuda,
                      std::function<void(boost::json::object)> grant)>
       on_need_device;
   // The worker's job is done with its device and every process of its user code is stopped
@@ -111,12 +111,12 @@ struct SpawnedWorker;
 // unadopted one kills it.
 class PrestartedWorker {
 public:
-  // Spawns `worker_exe --protocol-fd 3 [--prewarm PLUGIN]...` on `executor`. Throws when it
-  // cannot be started.
-  static std::unique_ptr<PrestartedWorker> spawn(boost::asio::any_io_executor executor,
-                                                 const std::filesystem::path& worker_exe,
-                                                 const protocol::SandboxPolicy& sandbox,
-                                                 const std::vector<std::filesystem::path>& prewarm);
+  // Spawns `worker_exe --protocol-fd 3 [--prewarm PLUGIN]... [--open-ahead-device N]` on
+  // `executor`. Throws when it cannot be started.
+  static std::unique_ptr<PrestartedWorker>
+  spawn(boost::asio::any_io_executor executor, const std::filesystem::path& worker_exe,
+        const protocol::SandboxPolicy& sandbox, const std::vector<std::filesystem::path>& prewarm,
+        std::optional<int> open_ahead_device = std::nullopt);
   ~PrestartedWorker();
   PrestartedWorker(const PrestartedWorker&) = delete;
   PrestartedWorker& operator=(const PrestartedWorker&) = delete;
@@ -127,10 +127,14 @@ public:
   // once). Reads nothing: the hello stays for the session that adopts the worker.
   bool ready() const;
   int pid() const;
+  // The GPU it was told to open ahead, if any.
+  std::optional<int> open_ahead_device() const { return open_ahead_device_; }
 
 private:
-  explicit PrestartedWorker(std::unique_ptr<detail::SpawnedWorker> parts);
+  PrestartedWorker(std::unique_ptr<detail::SpawnedWorker> parts,
+                   std::optional<int> open_ahead_device);
   std::unique_ptr<detail::SpawnedWorker> parts_;
+  std::optional<int> open_ahead_device_;
   friend class WorkerSession;
 };
 

@@ -8,9 +8,11 @@
 // (daemon/driver_hold.hpp).
 //
 // Usage:
-//   keval-worker --protocol-fd FD [--prewarm PLUGIN.so]...
+//   keval-worker --protocol-fd FD [--prewarm PLUGIN.so]... [--open-ahead-device N]
 //     (--prewarm: started ahead of its job by `keval serve`; each plugin's SDK 1.1 prewarm runs
-//      before the hello, so the job finds its interpreter and frameworks loaded)
+//      before the hello, so the job finds its interpreter and frameworks loaded; where they run on
+//      CUDA, their contexts and this process's are opened ahead on device N, the one device there
+//      is without it)
 //   keval-worker --describe PLUGIN.so [PLUGIN.so ...]   (one JSON object per line on stdout)
 //   keval-worker --devices                              (one JSON object on stdout)
 //   keval-worker --hold-driver    (one JSON object on stdout, then waits for its stdin to end)
@@ -179,8 +181,10 @@ public:
   // Each starts under its side's policy (isolation::policy_for_side): the candidate's cannot
   // write the shared build cache, which the reference's prewarm fills. `host_fd`: the host's
   // channel, readable once a job has taken this worker (its `taken`).
+  // `device`: the CUDA device to open ahead, as the host named it (`--open-ahead-device`); none:
+  // the one device there is, if there is exactly one.
   void prestart(const std::vector<std::string>& sides, const std::vector<std::string>& plugins,
-                keval::protocol::Hello& hello, int host_fd) {
+                keval::protocol::Hello& hello, int host_fd, std::optional<int> device) {
     const auto started = std::chrono::steady_clock::now();
     for (const std::string& side : sides)
       ready_.emplace_back(side, keval::worker::RunnerClient::spawn(
@@ -195,7 +199,7 @@ public:
     // each on the H100).
     if (const auto* opens = first.if_contains("opens_device");
         opens && opens->is_bool() && opens->as_bool())
-      open_devices_in_turn(hello, host_fd);
+      open_devices_in_turn(hello, host_fd, device);
 #endif
     if (const auto* done = first.if_contains("prewarmed"); done != nullptr && done->is_array())
       hello.prewarmed = done->as_array();
@@ -222,6 +226,14 @@ public:
     return runner;
   }
 
+  std::optional<int> prepared_cuda_device() override {
+#ifdef KEVAL_HAVE_CUDA
+    return opener_.started() ? opener_.opened_ordinal() : std::nullopt;
+#else
+    return std::nullopt;
+#endif
+  }
+
   std::unique_ptr<keval::worker::Engine> prepared_engine(const std::string& type,
                                                          int index) override {
 #ifdef KEVAL_HAVE_CUDA
@@ -236,7 +248,7 @@ public:
   // (worker/engine/device_turn.hpp): a pool refilling does not open a dozen at once while a
   // job holds the GPU, and a worker that a job has taken goes before the spares. The worker says
   // hello (is ready for a job) once they are open.
-  void open_devices_in_turn(keval::protocol::Hello& hello, int host_fd) {
+  void open_devices_in_turn(keval::protocol::Hello& hello, int host_fd, std::optional<int> device) {
     // KEVAL_OPEN_TURN_PRECEDENCE=0: every worker waits as a spare, in no order (for a comparison).
     const char* precedence = std::getenv("KEVAL_OPEN_TURN_PRECEDENCE");
     const bool taken_first = precedence == nullptr || std::string_view(precedence) != "0";
@@ -272,12 +284,14 @@ public:
       try {
         boost::json::object ask;
         ask["type"] = keval::worker::runner_msg::kOpenDevice;
+        if (device)
+          ask["index"] = *device;
         asked.push_back({side, *runner, runner->send(std::move(ask), "opening its device")});
       } catch (const std::exception& e) {
         not_opened(side, e);
       }
     }
-    opener_.start(keval::worker::EngineUse::trusted);
+    opener_.start(keval::worker::EngineUse::trusted, device);
     for (const Asked& one : asked) {
       try {
         one.runner.reply(keval::worker::runner_msg::kOpenDevice, one.seq, "opening its device");
@@ -409,7 +423,8 @@ boost::json::object receive_job(keval::protocol::BlockingChannel& channel) {
 const std::vector<std::string> kJobSides{"custom", "ref"};
 
 int serve_one_job(int fd, const std::vector<std::string>& prewarm_paths,
-                  const keval::protocol::SandboxPolicy& sandbox) {
+                  const keval::protocol::SandboxPolicy& sandbox,
+                  std::optional<int> open_ahead_device) {
   // This process decides the verdict and never runs user code: nothing of another process may
   // read or write it, and whatever the runners leave behind is reparented to it and ended.
   const boost::json::object layers = keval::worker::isolation::protect_trusted_process();
@@ -426,7 +441,7 @@ int serve_one_job(int fd, const std::vector<std::string>& prewarm_paths,
     hello.pid = ::getpid();
     hello.isolation = layers;
     if (!prewarm_paths.empty())
-      runners.prestart(kJobSides, prewarm_paths, hello, channel.fd());
+      runners.prestart(kJobSides, prewarm_paths, hello, channel.fd(), open_ahead_device);
     channel.send(keval::protocol::to_frame(hello));
 #ifdef KEVAL_HAVE_CUDA
     runners.warm_device_before_job(channel.fd());
@@ -478,10 +493,18 @@ int main(int argc, char** argv) {
   if (argc >= first + 2 && (argc - first) % 2 == 0 && std::strcmp(argv[first], fd_option) == 0) {
     std::vector<std::string> prewarm_paths;
     keval::protocol::SandboxPolicy sandbox;
+    std::optional<int> open_ahead_device;
     try {
       for (int i = first + 2; i + 1 < argc; i += 2) {
         if (std::strcmp(argv[i], "--prewarm") == 0) {
           prewarm_paths.emplace_back(argv[i + 1]);
+        } else if (!runner && std::strcmp(argv[i], "--open-ahead-device") == 0) {
+          const std::string ordinal = argv[i + 1];
+          if (ordinal.empty() || ordinal.size() > 6 ||
+              ordinal.find_first_not_of("0123456789") != std::string::npos)
+            throw std::invalid_argument("--open-ahead-device wants a CUDA ordinal, got '" +
+                                        ordinal + "'");
+          open_ahead_device = std::stoi(ordinal);
         } else if (std::strcmp(argv[i], "--sandbox") == 0) {
           sandbox = keval::protocol::parse_sandbox_policy(std::string_view(argv[i + 1]));
         } else {
@@ -497,12 +520,13 @@ int main(int argc, char** argv) {
     if (runner)
       return keval::worker::run_runner(fd, prewarm_paths, sandbox);
     keval::worker::isolation::end_descendants_on_sigterm(); // before any thread starts
-    return serve_one_job(fd, prewarm_paths, sandbox);
+    return serve_one_job(fd, prewarm_paths, sandbox, open_ahead_device);
   }
   std::fprintf(
       stderr,
       "keval-worker %s: runs one keval job; started by keval, not by hand.\n"
-      "usage: keval-worker --protocol-fd FD [--sandbox POLICY] [--prewarm PLUGIN.so]... | "
+      "usage: keval-worker --protocol-fd FD [--sandbox POLICY] [--prewarm PLUGIN.so]... "
+      "[--open-ahead-device N] | "
       "--describe PLUGIN.so... | --devices | --hold-driver | --sandbox-probe POLICY | "
       "--conformance PLUGIN.so "
       "--cuda-arch N [--request FILE] | --runner --channel-fd FD [--sandbox POLICY] [--prewarm "

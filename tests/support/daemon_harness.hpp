@@ -45,11 +45,11 @@ bool eventually(Condition condition, std::chrono::milliseconds limit = 60s) {
 }
 
 // What a scripted worker (a Python script given to the daemon as KEVAL_WORKER) needs after its own
-// start: keval's framing on descriptor 3 (`send`, `receive`), `compiled_then_granted()` (a
-// compiled phase for a fault kernel, need_device, and the grant, which it returns; a fatal and
-// exit without one) and `validated_and_profiled()` (both phases, a one-sample timing). The script
-// prepends its own handling of `--devices` and of what is not a job's worker, and ends with
-// `send({"type": "done", ...})`.
+// start: keval's framing on descriptor 3 (`send`, `receive`), `compiled_then_granted(opened_cuda)`
+// (a compiled phase for a fault kernel, need_device, saying the GPU opened ahead when given, and
+// the grant, which it returns; a fatal and exit without one) and `validated_and_profiled()` (both
+// phases, a one-sample timing). The script prepends its own handling of `--devices` and of what is
+// not a job's worker, and ends with `send({"type": "done", ...})`.
 inline constexpr const char* kScriptedWorkerProtocol = R"(
 fd = 3
 def send(obj):
@@ -66,10 +66,13 @@ def read_exact(n):
 def receive():
     header = read_exact(8)
     return json.loads(read_exact(struct.unpack(">I", header[4:])[0]))
-def compiled_then_granted():
+def compiled_then_granted(opened_cuda=None):
     side = {"kernel_type": "fault", "ok": True, "time_ms": 1}
     send({"type": "phase", "phase": "compiled", "result": {"ok": True, "custom": side}})
-    send({"type": "need_device", "device_types": ["cuda"]})
+    need = {"type": "need_device", "device_types": ["cuda"]}
+    if opened_cuda is not None:  # the GPU its processes opened ahead
+        need["opened_cuda"] = opened_cuda
+    send(need)
     grant = receive()
     if "device" not in grant:
         send({"type": "fatal", "message": "no device: " + grant.get("error", "")})

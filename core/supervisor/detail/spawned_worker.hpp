@@ -31,11 +31,13 @@ struct SpawnedWorker {
       process;
 };
 
-// Starts `worker_exe --protocol-fd 3 --sandbox POLICY [--prewarm PLUGIN]...` in its own process
-// group, POLICY being `sandbox` with a worker_tag of its own. Throws when it cannot be started.
+// Starts `worker_exe --protocol-fd 3 --sandbox POLICY [--prewarm PLUGIN]... [--open-ahead-device
+// N]` in its own process group, POLICY being `sandbox` with a worker_tag of its own. Throws when
+// it cannot be started.
 std::unique_ptr<SpawnedWorker>
 spawn_worker(boost::asio::strand<boost::asio::any_io_executor> strand,
              const std::filesystem::path& worker_exe, const protocol::SandboxPolicy& sandbox,
-             const std::vector<std::filesystem::path>& prewarm);
+             const std::vector<std::filesystem::path>& prewarm,
+             std::optional<int> open_ahead_device = std::nullopt);
 
 } // namespace keval::supervisor::detail

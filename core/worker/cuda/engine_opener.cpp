@@ -6,20 +6,28 @@
 
 namespace keval::worker {
 
-void EngineOpener::start(EngineUse use) {
+void EngineOpener::start(EngineUse use, std::optional<int> ordinal) {
   if (opening_.valid())
     return;
-  opening_ = std::async(std::launch::async, [use]() -> std::unique_ptr<Engine> {
+  ordinal_ = ordinal.value_or(0);
+  opening_ = std::async(std::launch::async, [use, ordinal]() -> std::unique_ptr<Engine> {
     std::string reason;
-    if (cuda::usable_device_count(&reason) != 1)
+    const int usable = cuda::usable_device_count(&reason);
+    if (ordinal ? *ordinal < 0 || *ordinal >= usable : usable != 1)
       return nullptr;
+    const int device = ordinal.value_or(0);
     try {
-      return make_cuda_engine(0, use);
+      return make_cuda_engine(device, use);
     } catch (const std::exception& e) {
-      spdlog::debug("opening CUDA device 0 ahead failed (opened again when granted): {}", e.what());
+      spdlog::debug("opening CUDA device {} ahead failed (opened again when granted): {}", device,
+                    e.what());
       return nullptr;
     }
   });
+}
+
+std::optional<int> EngineOpener::opened_ordinal() {
+  return opened() != nullptr ? std::optional(ordinal_) : std::nullopt;
 }
 
 Engine* EngineOpener::opened() {
@@ -31,7 +39,7 @@ Engine* EngineOpener::opened() {
 std::unique_ptr<Engine> EngineOpener::take(int index) {
   opened();
   std::unique_ptr<Engine> engine = std::move(engine_);
-  if (!engine || index != 0)
+  if (!engine || index != ordinal_)
     return nullptr;
   engine->use_on_this_thread();
   return engine;

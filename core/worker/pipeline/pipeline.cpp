@@ -676,6 +676,8 @@ private:
     protocol::NeedDevice need;
     for (const auto& type : wanted)
       need.device_types.emplace_back(type.as_string());
+    if ((common & KEVAL_CAP_DEVICE_CUDA) && cuda_usable_)
+      need.opened_cuda = runners_.prepared_cuda_device();
     channel_.send(protocol::to_frame(need));
 
     const auto asked = Clock::now();

@@ -48,9 +48,12 @@ public:
   virtual std::unique_ptr<RunnerClient> take(const std::string& side) = 0;
   // What the runner said in its hello about the layers it applied to itself.
   virtual boost::json::object hello_of(const RunnerClient& runner) = 0;
-  // An engine opened before the job for device `type`/`index` (a prestarted worker on a machine
-  // with one GPU opens its context ahead), or nullptr. The job's own process made it.
+  // An engine opened before the job for device `type`/`index` (a prestarted worker opens its
+  // context ahead on the GPU the host named), or nullptr. The job's own process made it.
   virtual std::unique_ptr<Engine> prepared_engine(const std::string& type, int index) = 0;
+  // The CUDA device prepared_engine holds open (its ordinal), which the job asks the host for
+  // first (protocol::NeedDevice::opened_cuda); nullopt when none is.
+  virtual std::optional<int> prepared_cuda_device() { return std::nullopt; }
   // Whether a CUDA engine is being opened ahead (prepared_engine may return it): the job then
   // opens no second one beside it.
   virtual bool opens_cuda_engine_ahead() const = 0;

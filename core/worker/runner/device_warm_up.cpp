@@ -53,6 +53,7 @@ json::object warm_up_before_job(const std::vector<std::pair<std::string, RunnerC
                                 const std::string& gpu, int job_fd,
                                 const DeviceWarmUpSettings& settings) {
   json::object report;
+  report["gpu"] = gpu; // the timing turn's name for it: its PCI bus id
   if (!settings.enabled) {
     report["not_run"] = "KEVAL_DEVICE_WARM_UP=0";
     return report;

@@ -174,17 +174,21 @@ public:
   }
 
   // A runner started ahead of its job, for a CUDA kernel type, opens its device before the job
-  // comes (see EngineOpener) when the trusted worker says: `open_device` answers once the open
-  // has ended ({cuda: false}: no plugin here runs on CUDA, nothing was opened). An open that
+  // comes (see EngineOpener) when the trusted worker says: `open_device` ({index?}: the ordinal
+  // the host named, else the one device there is) answers once the open has ended ({cuda:
+  // false}: no plugin here runs on CUDA, nothing was opened). An open that
   // failed is tried again at bind, which says why. Only for CUDA types: cuInit is serialised
   // across the machine's processes, so one that no job of the set needs would cost every CUDA
   // job its turn.
-  json::object open_device_now() {
+  json::object open_device_now(const json::object& command) {
     json::object reply;
     const CudaUse use = cuda_use();
+    std::optional<int> ordinal;
+    if (command.contains("index"))
+      ordinal = static_cast<int>(detail::int_field(command, "index"));
 #ifdef KEVAL_HAVE_CUDA
     if (use.cuda) {
-      open_device(use.one_stream);
+      open_device(use.one_stream, ordinal);
       opener_.wait();
     }
 #endif
@@ -195,12 +199,12 @@ public:
 #ifdef KEVAL_HAVE_CUDA
   // Starts opening the device, with one hardware work queue where every kernel type this runner
   // may run launches only on keval's stream (KEVAL_CAP_ONE_STREAM, worker/engine/work_queues.hpp).
-  void open_device(bool one_stream) {
+  void open_device(bool one_stream, std::optional<int> ordinal = std::nullopt) {
     if (opener_.started())
       return; // its queues were chosen when it was
     if (one_stream)
       use_one_work_queue();
-    opener_.start(EngineUse::runner);
+    opener_.start(EngineUse::runner, ordinal);
   }
 #endif
 
@@ -275,7 +279,7 @@ private:
       return load_plugin(detail::string_field(command, "plugin"),
                          !command.contains("device") || detail::bool_field(command, "device"));
     if (type == runner_msg::kOpenDevice)
-      return open_device_now();
+      return open_device_now(command);
     if (type == runner_msg::kWarmDevice)
       return warm_device_now();
     // From here on, user code may be loaded (a compile, a companion, a program's files).

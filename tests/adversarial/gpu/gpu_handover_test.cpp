@@ -2,7 +2,8 @@
 // so that the next job validates while the driver tears the last one's contexts down; nothing is
 // timed on the GPU until the job handing it over is gone. Several cuda compares go through one
 // daemon at once, and no job's timed samples overlap another job's hold on the GPU (from its
-// grant until its processes are all gone), while some job did validate beside another's end.
+// grant until its processes are all gone), while some job did validate beside another's end. On a
+// host with several GPUs, jobs on different GPUs are not each other's concern.
 // Skipped, with the reason, without a usable CUDA device.
 #include "adversarial_support.hpp"
 #include "support/cuda_device.hpp"
@@ -12,9 +13,10 @@
 namespace keval::test::adversarial {
 namespace {
 
-// A job's hold on the GPU and its timed window, on the host's clock (ms since the epoch).
+// A job's hold on its GPU and its timed window, on the host's clock (ms since the epoch).
 struct Hold {
   std::string id;
+  std::string gpu;                     // its PCI bus id: on a host with several, jobs share none
   double granted = 0, ended = 0;       // its grant, and its processes all gone
   double timed_from = 0, timed_to = 0; // its first timed run (after device_quiet) to its last
   bool handed_over = false, waited_quiet = false;
@@ -30,6 +32,7 @@ Hold hold_of(const json::object& body) {
   const auto at = [&](const char* step) { return origin + timeline.at(step).to_number<double>(); };
   Hold h;
   h.id = std::string(body.at("job_id").as_string());
+  h.gpu = text(exec_result(body).at("metadata").at("device").at("pci_bus_id"));
   h.granted = at("granted");
   h.ended = at("ended");
   h.waited_quiet = timeline.contains("quiet");
@@ -81,7 +84,7 @@ TEST_F(GpuHandover, NoJobIsTimedWhileAnotherHoldsTheGpuAndTheNextValidatesBeside
   // imposes (a job's last sample, its handover, the next one's grant), so no margin is needed.
   for (const Hold& timed : holds)
     for (const Hold& other : holds) {
-      if (&timed == &other)
+      if (&timed == &other || timed.gpu != other.gpu)
         continue;
       EXPECT_FALSE(timed.timed_from < other.ended && other.granted < timed.timed_to)
           << timed.id << " was timed from " << timed.timed_from << " to " << timed.timed_to
@@ -94,7 +97,8 @@ TEST_F(GpuHandover, NoJobIsTimedWhileAnotherHoldsTheGpuAndTheNextValidatesBeside
   EXPECT_TRUE(any([](const Hold& h) { return h.handed_over; })) << daemon.log();
   EXPECT_TRUE(any([](const Hold& h) { return h.waited_quiet; })) << daemon.log();
   const auto gpus = body_of(daemon::HttpClient(daemon.socket()).get("/stats")).at("gpus");
-  EXPECT_EQ(gpus.at(0).at("jobs_handing_over"), 0) << shown(gpus);
+  for (const auto& gpu : gpus.as_array())
+    EXPECT_EQ(gpu.at("jobs_handing_over"), 0) << shown(gpus);
 }
 
 } // namespace

@@ -47,7 +47,7 @@ constexpr const char* kFakeWorkerJob = R"(
 send({"type": "hello", "worker_version": "fake", "pid": os.getpid()})
 job = receive()
 metadata = job["request"].get("kernel", {}).get("metadata", {})
-grant = compiled_then_granted()
+grant = compiled_then_granted(metadata.get("opened_cuda"))
 def log(event):  # written beside the directory, then renamed in: a reader never sees half of it
     name = "%d-%s" % (os.getpid(), event)
     partial = os.path.join(os.environ["FAKE_LOG_DIR"] + ".partial", name)
@@ -234,6 +234,45 @@ TEST_F(DaemonMultiGpu, AJobAskingForAGpuTypeGetsThatGpu) {
   const auto r = HttpClient(socket()).post("/evaluate", fault_evaluate(json::object{}),
                                            {{"X-GPU-Type", "H200"}});
   EXPECT_EQ(r.status, 400u) << r.body();
+}
+
+// Two GPUs of one type, so that every job fits both: a job whose worker opened one ahead (its
+// need_device says which) is granted that one, though the other is as idle
+// (daemon/device_pool.hpp).
+constexpr const char* kTwoH100Start = R"(#!/usr/bin/env python3
+import json, os, struct, sys, time
+args = sys.argv[1:]
+if "--devices" in args:
+    gpu = {"name": "NVIDIA H100 80GB HBM3", "gpu_type": "H100", "arch": 90, "memory_bytes": 1 << 36}
+    print(json.dumps({"devices": [dict(gpu, index=0), dict(gpu, index=1)]}))
+    sys.exit(0)
+if "--protocol-fd" not in args or "--prewarm" in args:
+    real = os.environ["KEVAL_REAL_WORKER"]
+    os.execv(real, [real] + args)
+)";
+
+TEST(DaemonTwoGpus, AJobIsGrantedTheGpuItsWorkerOpenedAhead) {
+  TempDir scratch;
+  DaemonDirs dirs;
+  const fs::path worker = write_scripted_worker(scratch.path(), kTwoH100Start, kFakeWorkerJob);
+  fs::create_directories(scratch.path() / "holding");
+  fs::create_directories(scratch.path() / "events");
+  fs::create_directories(scratch.path() / "events.partial");
+  DaemonProcess daemon(dirs.state(), dirs.socket(), {"--warm-workers", "0"},
+                       {"KEVAL_WORKER=" + worker.string(),
+                        "KEVAL_REAL_WORKER=" + worker_exe().string(),
+                        "FAKE_GPU_DIR=" + (scratch.path() / "holding").string(),
+                        "FAKE_LOG_DIR=" + (scratch.path() / "events").string()});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log_tail();
+  for (const int opened : {1, 0, 1}) {
+    const auto r = HttpClient(dirs.socket())
+                       .post("/evaluate", fault_evaluate(json::object{{"opened_cuda", opened}}));
+    ASSERT_EQ(r.status, 200u) << r.body() << daemon.log_tail();
+    const auto view = HttpClient(dirs.socket())
+                          .get("/jobs/" + std::string(r.json_body().at("job_id").as_string()))
+                          .json_body();
+    EXPECT_EQ(view.at("device").at("index"), opened) << json::serialize(view);
+  }
 }
 
 } // namespace

@@ -22,6 +22,13 @@ DeviceWish cuda_wish(std::optional<std::string> type = std::nullopt, int arch = 
   return DeviceWish{json::array{"cuda", "cpu"}, std::move(type), arch};
 }
 
+// A job whose worker opened its contexts ahead on GPU `index`.
+DeviceWish opened_on(int index, std::optional<std::string> type = std::nullopt) {
+  DeviceWish wish = cuda_wish(std::move(type));
+  wish.opened_cuda = index;
+  return wish;
+}
+
 // Collects grants; `pump` runs what the pool posted.
 struct Grants {
   boost::asio::io_context ioc;
@@ -183,6 +190,85 @@ TEST(DevicePool, SpreadsJobsOverIdleGpus) {
   grants.pump();
   ASSERT_EQ(grants.received.size(), 2u);
   EXPECT_NE(grants.received[0].second.index, grants.received[1].second.index);
+}
+
+// A job whose worker opened a GPU ahead gets that one when it is free, though another is idler.
+TEST(DevicePool, AJobGetsTheFreeGpuItsWorkerOpenedAhead) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {gpu(0, "H100", 90), gpu(1, "H100", 90)});
+  pool.acquire(opened_on(1), grants.tagged(1));
+  pool.acquire(cuda_wish(), grants.tagged(2));  // no preference: the idle one
+  pool.acquire(opened_on(0), grants.tagged(3)); // its GPU is taken: it waits
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 2u);
+  EXPECT_EQ(grants.received[0].second.index, 1);
+  EXPECT_EQ(grants.received[1].second.index, 0);
+  EXPECT_EQ(pool.waiting(), 1u);
+}
+
+// A GPU that comes free goes to the earliest waiter that opened it ahead, before an earlier
+// waiter that opened the other one (which gets its own when that comes free); a waiter without a
+// preference still gets a GPU nobody waiting opened.
+TEST(DevicePool, AFreedGpuGoesToTheEarliestWaiterThatOpenedIt) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {gpu(0, "H100", 90), gpu(1, "H100", 90)});
+  const auto on0 = pool.acquire(opened_on(0), grants.tagged(1));
+  const auto on1 = pool.acquire(opened_on(1), grants.tagged(2));
+  pool.acquire(opened_on(1), grants.tagged(3)); // waits first
+  pool.acquire(opened_on(0), grants.tagged(4)); // then this one
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 2u);
+  pool.release(on0);
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 3u);
+  EXPECT_EQ(grants.received[2].first, 4); // GPU 0 to the waiter that opened it
+  EXPECT_EQ(grants.received[2].second.index, 0);
+  pool.release(on1);
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 4u);
+  EXPECT_EQ(grants.received[3].first, 3);
+  EXPECT_EQ(grants.received[3].second.index, 1);
+}
+
+// Passed over by later waiters that opened the GPUs coming free, a waiter takes the next GPU that
+// fits it once that has happened as many times as there are other GPUs: none waits for ever.
+TEST(DevicePool, AWaiterPassedOverOftenEnoughTakesTheNextGpu) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(),
+                  {gpu(0, "H100", 90), gpu(1, "H100", 90), gpu(2, "H100", 90)});
+  const auto on0 = pool.acquire(opened_on(0), grants.tagged(0));
+  pool.acquire(opened_on(1), grants.tagged(0));
+  pool.acquire(opened_on(2), grants.tagged(0));
+  pool.acquire(cuda_wish(), grants.tagged(1)); // no preference, first in line
+  std::vector<DevicePool::Ticket> later;
+  for (int k = 0; k < 3; ++k)
+    later.push_back(pool.acquire(opened_on(0), grants.tagged(10 + k)));
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 3u);
+  pool.release(on0);
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 4u);
+  EXPECT_EQ(grants.received.back().first, 10); // passed over once
+  pool.release(later[0]);
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 5u);
+  EXPECT_EQ(grants.received.back().first, 11); // twice: as many as the other GPUs
+  pool.release(later[1]);
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 6u);
+  EXPECT_EQ(grants.received.back().first, 1); // its patience is out: GPU 0 is its
+  EXPECT_EQ(grants.received.back().second.index, 0);
+  EXPECT_EQ(pool.waiting(), 1u);
+}
+
+// A GPU opened ahead that does not fit the wish (another type) is no preference at all.
+TEST(DevicePool, AnOpenedGpuThatDoesNotFitTheWishIsIgnored) {
+  Grants grants;
+  DevicePool pool(grants.ioc.get_executor(), {gpu(0, "A100", 80), gpu(1, "H100", 90)});
+  pool.acquire(opened_on(0, "H100"), grants.tagged(1));
+  grants.pump();
+  ASSERT_EQ(grants.received.size(), 1u);
+  EXPECT_EQ(grants.received[0].second.index, 1);
 }
 
 TEST(DevicePool, GpuTypeAndArchConstrainTheGrant) {

@@ -139,6 +139,23 @@ TEST(JobContract, MessagesAreCheckedAsTheyAreRead) {
       parse_worker_message(parse(R"({"type":"need_device","device_types":["cuda","cpu"]})"));
   ASSERT_TRUE(std::holds_alternative<NeedDevice>(need));
   EXPECT_EQ(std::get<NeedDevice>(need).device_types.size(), 2u);
+  EXPECT_FALSE(std::get<NeedDevice>(need).opened_cuda);
+  // The GPU its processes opened ahead: an ordinal, or the message is refused.
+  const auto opened = parse_worker_message(
+      parse(R"({"type":"need_device","device_types":["cuda"],"opened_cuda":3})"));
+  EXPECT_EQ(std::get<NeedDevice>(opened).opened_cuda, 3);
+  EXPECT_EQ(to_frame(opened).at("opened_cuda"), 3);
+  EXPECT_FALSE(to_frame(need).contains("opened_cuda"));
+  for (const char* bad : {R"({"type":"need_device","device_types":["cuda"],"opened_cuda":-1})",
+                          R"({"type":"need_device","device_types":["cuda"],"opened_cuda":"0"})",
+                          R"({"type":"need_device","device_types":["cuda"],"opened_cuda":0.5})"}) {
+    try {
+      parse_worker_message(parse(bad));
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find("'opened_cuda'"), std::string::npos) << e.what();
+    }
+  }
 
   // A phase must carry the report its name says, with the types the contract gives it.
   EXPECT_THROW(parse_worker_message(parse(R"({"type":"phase","phase":"validated","result":{}})")),

@@ -4,9 +4,11 @@
 #include "supervisor/warm_pool.hpp"
 #include "support/test_env.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -330,6 +332,40 @@ TEST(WarmPool, AJobTakesTheOldestWorkerDonePrewarmingOverAnOlderOneStillAtIt) {
   EXPECT_EQ(stats.taken_out_of_order, 2u);
   EXPECT_EQ(stats.taken, 3u);
   EXPECT_EQ(stats.prewarmed, 0u);
+}
+
+// On a machine with several GPUs each new worker is told to open the GPU its set's ready workers
+// open least ahead, on its command line, and the worker takes the option (it says hello): a
+// pool's workers are spread over the GPUs as it refills.
+TEST(WarmPool, EachNewWorkerOpensAheadTheGpuItsSetsWorkersOpenLeast) {
+  boost::asio::io_context ctx;
+  WarmPool pool(ctx.get_executor(), worker_exe(), {},
+                WarmPool::Sizing{.size = 4, .max_size = 4, .gpus = {0, 1}});
+  const auto fault = set_of({"libkeval_fault_plugin.so"});
+  EXPECT_EQ(pool.take(fault), nullptr);
+  std::map<int, int> opened; // GPU -> workers taken that were told to open it
+  std::vector<std::unique_ptr<supervisor::PrestartedWorker>> taken;
+  for (int i = 0; i < 6; ++i) {
+    auto worker = pool.take(fault);
+    ASSERT_NE(worker, nullptr) << "take " << i;
+    ASSERT_TRUE(worker->open_ahead_device()) << "take " << i;
+    ++opened[*worker->open_ahead_device()];
+    std::ifstream cmdline("/proc/" + std::to_string(worker->pid()) + "/cmdline");
+    std::string command((std::istreambuf_iterator<char>(cmdline)), {});
+    std::replace(command.begin(), command.end(), '\0', ' ');
+    EXPECT_NE(command.find("--open-ahead-device " + std::to_string(*worker->open_ahead_device())),
+              std::string::npos)
+        << command;
+    taken.push_back(std::move(worker));
+  }
+  EXPECT_EQ(opened, (std::map<int, int>{{0, 3}, {1, 3}}));
+  bool ready = false;
+  for (int i = 0; i < 3000 && !ready && taken.back()->alive(); ++i) { // at most 30 s
+    ready = taken.back()->ready();
+    if (!ready)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(ready) << "a worker told to open a GPU ahead never said hello";
 }
 
 // ready() is whether the worker's hello is waiting on its channel: a real worker's, once its
