@@ -183,8 +183,8 @@ void DevicePool::forget_quiet_wish(Slot& slot, Ticket ticket) {
 // often enough; then FIFO among the waiters each free GPU fits. A waiter for another type or arch
 // does not block them.
 void DevicePool::grant_waiters() {
-  const size_t patience = std::max<size_t>(1, slots_.size() - 1); // see the header
-  std::vector<std::pair<Ticket, size_t>> granted_first;           // ticket, slot
+  const size_t patience = slots_.size() > 1 ? slots_.size() - 1 : 1; // see the header
+  std::vector<std::pair<Ticket, size_t>> granted_first;              // ticket, slot
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     const auto slot = it->passed_over >= patience ? free_slot(it->wish) : opened_slot(it->wish);
     if (slot) {
