@@ -21,7 +21,9 @@ keval:    one daemon (prestarted workers as configured), --clients requests in f
           with "max_noise": P in every request (sampling stops once the mean is that stable:
           the client's choice, so a separate row).
 versus:   with --versus ARGS, the keval batch again through a daemon started with ARGS as well
-          (--versus "--warm-workers-max 6"), side by side, with the ratio of the two rates.
+          (--versus "--warm-workers-max 6"), side by side, with the ratio of the two rates; with
+          --versus-keval PATH, through another build's keval (two build directories: a change
+          that no daemon option switches, measured in one run on one machine).
 sequence: with --warm-sequence N, N back-to-back compares of --sequence-request (default
           examples/torch_cuda_kernelbench_add.json) from one client through a daemon of its own,
           after one unmeasured cold compare (a pool that does not refill ahead of demand shows as
@@ -38,6 +40,7 @@ fresh:    each job in a process of its own, sequentially: a KernelBench-style pr
 
 usage: bench/throughput.py [--keval build/bin/keval] [--python python3] [--repeat 2] [--only P]...
                            [--clients 8] [--max-noise P]... [--versus ARGS]...
+                           [--versus-keval PATH]...
                            [--warm-sequence N [--sequence-only] [--sequence-max-noise P]]
                            [--json FILE]
                            [--skip-fresh] [--responses DIR]
@@ -470,6 +473,9 @@ def main():
     parser.add_argument("--versus", action="append", default=[], metavar="ARGS",
                         help="also run the batch through a daemon given these extra arguments "
                              "(--versus '--warm-workers-max 6'), side by side, with the ratio")
+    parser.add_argument("--versus-keval", action="append", default=[], metavar="PATH",
+                        help="also run the batch through this keval binary (another build), side "
+                             "by side, with the ratio")
     parser.add_argument("--warm-sequence", type=int, default=0, metavar="N",
                         help="also time N back-to-back torch_cuda compares from one client")
     parser.add_argument("--sequence-request", metavar="FILE",
@@ -501,6 +507,8 @@ def main():
     out = {}
     variants = [(extra, argparse.Namespace(**dict(
         vars(args), serve_arg=args.serve_arg + shlex.split(extra)))) for extra in args.versus]
+    builds = [(path, argparse.Namespace(**dict(vars(args), keval=path)))
+              for path in args.versus_keval]
     if not args.sequence_only:
         jobs = batch(args.repeat, args.only)
         print(f"batch: {len(jobs)} compares ({', '.join(sorted({n for n, _ in jobs}))})")
@@ -510,6 +518,11 @@ def main():
             out[f"keval {extra}"] = run_keval(variant, jobs, label=extra.lstrip("-")[:14])
             ratio = out["keval"]["wall_s"] / out[f"keval {extra}"]["wall_s"]
             print(f"ratio (jobs/min with {extra} over without): {ratio:.2f}x")
+        for path, build in builds:
+            print(f"-- the same batch through {path}")
+            out[f"keval at {path}"] = run_keval(build, jobs, label="other build")
+            ratio = out["keval"]["wall_s"] / out[f"keval at {path}"]["wall_s"]
+            print(f"ratio (jobs/min through {path} over {args.keval}): {ratio:.2f}x")
         for noise in args.max_noise:
             print(f"-- the same batch, each request with \"max_noise\": {noise}")
             allowed = [(name, dict(request, max_noise=noise)) for name, request in jobs]
