@@ -187,13 +187,12 @@ int serve(const ServeOptions& options) {
   const DriverHold driver = discovery.gpus.empty() ? DriverHold::none("no GPU")
                             : options.hold_driver  ? DriverHold(options.worker_exe)
                                                    : DriverHold::none("--no-driver-hold");
-  if (driver.held())
-    spdlog::info("the CUDA driver is held initialised: {}",
-                 boost::json::serialize(driver.status()));
+  if (const boost::json::object status = driver.status(); status.at("held").as_bool())
+    spdlog::info("the CUDA driver is held initialised: {}", boost::json::serialize(status));
   else if (!discovery.gpus.empty())
     spdlog::warn("the CUDA driver is not held ({}): a worker's cuInit redoes the machine's "
                  "initialisation whenever no other process holds it",
-                 boost::json::serialize(driver.status().at("reason")));
+                 boost::json::serialize(status.at("reason")));
 
   // Two event loops. Jobs run on one thread: Boost.Process forks with notify_fork on the workers'
   // io_context, which must not race with other threads using that context. HTTP runs on a pool.

@@ -228,7 +228,7 @@ public:
 
   std::optional<int> prepared_cuda_device() override {
 #ifdef KEVAL_HAVE_CUDA
-    return opener_.started() ? opener_.opened_ordinal() : std::nullopt;
+    return opener_.opened_ordinal(); // nullopt when it opened none
 #else
     return std::nullopt;
 #endif

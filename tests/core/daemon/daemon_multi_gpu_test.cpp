@@ -1,7 +1,8 @@
 // One daemon drives every GPU of its host (issue 17), tested without GPUs: the daemon is given a
-// worker (KEVAL_WORKER) that reports two fake GPUs, an H100 and an A100, and answers jobs by
-// script, recording the device each job was granted. Everything else the daemon asks of a worker
-// (plugin descriptions, the sandbox probe) goes to the real keval-worker.
+// worker (KEVAL_WORKER) that reports two fake GPUs, an H100 and an A100 (two H100s for
+// DaemonTwoGpus), and answers jobs by script, recording the device each job was granted.
+// Everything else the daemon asks of a worker (plugin descriptions, the sandbox probe) goes to
+// the real keval-worker.
 #include "support/daemon_harness.hpp"
 
 #include <csignal>
@@ -88,11 +89,24 @@ if metadata.get("handover_ms"):  # its processes stopped for good: the GPU may g
 send({"type": "done"})
 )";
 
-class DaemonMultiGpu : public ::testing::Test {
+// The start of a worker that reports two GPUs of one type, so that every job fits both.
+constexpr const char* kTwoH100Start = R"(#!/usr/bin/env python3
+import json, os, struct, sys, time
+args = sys.argv[1:]
+if "--devices" in args:
+    gpu = {"name": "NVIDIA H100 80GB HBM3", "gpu_type": "H100", "arch": 90, "memory_bytes": 1 << 36}
+    print(json.dumps({"devices": [dict(gpu, index=0), dict(gpu, index=1)]}))
+    sys.exit(0)
+if "--protocol-fd" not in args or "--prewarm" in args:
+    real = os.environ["KEVAL_REAL_WORKER"]
+    os.execv(real, [real] + args)
+)";
+
+// A daemon whose worker (KEVAL_WORKER) is `start` then kFakeWorkerJob.
+class ScriptedGpus : public ::testing::Test {
 protected:
-  DaemonMultiGpu() {
-    const fs::path worker =
-        write_scripted_worker(scratch_.path(), kFakeWorkerStart, kFakeWorkerJob);
+  explicit ScriptedGpus(const char* start) {
+    const fs::path worker = write_scripted_worker(scratch_.path(), start, kFakeWorkerJob);
     fs::create_directories(holding());
     fs::create_directories(events());
     fs::create_directories(events().string() + ".partial");
@@ -124,6 +138,16 @@ protected:
   TempDir scratch_;
   DaemonDirs dirs_;
   std::optional<DaemonProcess> daemon_;
+};
+
+class DaemonMultiGpu : public ScriptedGpus {
+protected:
+  DaemonMultiGpu() : ScriptedGpus(kFakeWorkerStart) {}
+};
+
+class DaemonTwoGpus : public ScriptedGpus {
+protected:
+  DaemonTwoGpus() : ScriptedGpus(kTwoH100Start) {}
 };
 
 TEST_F(DaemonMultiGpu, HealthListsEveryGpu) {
@@ -236,39 +260,14 @@ TEST_F(DaemonMultiGpu, AJobAskingForAGpuTypeGetsThatGpu) {
   EXPECT_EQ(r.status, 400u) << r.body();
 }
 
-// Two GPUs of one type, so that every job fits both: a job whose worker opened one ahead (its
-// need_device says which) is granted that one, though the other is as idle
-// (daemon/device_pool.hpp).
-constexpr const char* kTwoH100Start = R"(#!/usr/bin/env python3
-import json, os, struct, sys, time
-args = sys.argv[1:]
-if "--devices" in args:
-    gpu = {"name": "NVIDIA H100 80GB HBM3", "gpu_type": "H100", "arch": 90, "memory_bytes": 1 << 36}
-    print(json.dumps({"devices": [dict(gpu, index=0), dict(gpu, index=1)]}))
-    sys.exit(0)
-if "--protocol-fd" not in args or "--prewarm" in args:
-    real = os.environ["KEVAL_REAL_WORKER"]
-    os.execv(real, [real] + args)
-)";
-
-TEST(DaemonTwoGpus, AJobIsGrantedTheGpuItsWorkerOpenedAhead) {
-  TempDir scratch;
-  DaemonDirs dirs;
-  const fs::path worker = write_scripted_worker(scratch.path(), kTwoH100Start, kFakeWorkerJob);
-  fs::create_directories(scratch.path() / "holding");
-  fs::create_directories(scratch.path() / "events");
-  fs::create_directories(scratch.path() / "events.partial");
-  DaemonProcess daemon(dirs.state(), dirs.socket(), {"--warm-workers", "0"},
-                       {"KEVAL_WORKER=" + worker.string(),
-                        "KEVAL_REAL_WORKER=" + worker_exe().string(),
-                        "FAKE_GPU_DIR=" + (scratch.path() / "holding").string(),
-                        "FAKE_LOG_DIR=" + (scratch.path() / "events").string()});
-  ASSERT_TRUE(daemon.wait_ready()) << daemon.log_tail();
+// A job whose worker opened one GPU ahead (its need_device says which) is granted that one,
+// though the other is as idle (daemon/device_pool.hpp).
+TEST_F(DaemonTwoGpus, AJobIsGrantedTheGpuItsWorkerOpenedAhead) {
   for (const int opened : {1, 0, 1}) {
-    const auto r = HttpClient(dirs.socket())
-                       .post("/evaluate", fault_evaluate(json::object{{"opened_cuda", opened}}));
-    ASSERT_EQ(r.status, 200u) << r.body() << daemon.log_tail();
-    const auto view = HttpClient(dirs.socket())
+    const auto r = HttpClient(socket()).post("/evaluate",
+                                             fault_evaluate(json::object{{"opened_cuda", opened}}));
+    ASSERT_EQ(r.status, 200u) << r.body() << daemon_->log_tail();
+    const auto view = HttpClient(socket())
                           .get("/jobs/" + std::string(r.json_body().at("job_id").as_string()))
                           .json_body();
     EXPECT_EQ(view.at("device").at("index"), opened) << json::serialize(view);
