@@ -1,0 +1,290 @@
+// What a fresh process's CUDA context costs, and whether making one disturbs another process's
+// timed samples: the floor under a job that runs in fresh processes (README, "Where a cuda job's
+// time goes").
+//
+// First, each process's context lifecycle, in fresh processes while a holder process keeps the
+// driver initialised (as keval serve's driver hold does): cuInit, the primary context made current
+// with a stream and a small allocation ("create"), the primary context released ("release"), and
+// the process's whole life as its parent saw it, exit included ("life"). With one hardware work
+// queue (CUDA_DEVICE_MAX_CONNECTIONS=1, as keval's trusted worker and one-stream runners use) and
+// with the driver's default; one process at a time, two at once (an evaluate's trusted worker and
+// its runner) and three (a compare's: two runners). Medians over the rounds, in ms.
+//
+// Then a victim process times a memset (64 MiB, then 1 GiB) captured in a CUDA graph between two
+// events (as keval's cuda_graph timer does), for a few seconds: alone, and while another process
+// creates and releases contexts over and over (fresh processes, one queue). Printed: the
+// event-timed sample and the host's cuGraphLaunch call, median, 99th percentile and max in ms.
+//
+//   g++ -O2 -std=c++17 -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -o /tmp/context_cost
+//       bench/context_cost.cpp -lcuda   (one command)
+//   /tmp/context_cost [rounds=8] [seconds=3]
+#include <cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <csignal>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+void check(CUresult r, const char* what) {
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "%s failed: %d\n", what, static_cast<int>(r));
+    std::exit(1);
+  }
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+// The driver initialised in a process of its own until killed (keval serve's driver hold).
+pid_t hold_driver() {
+  int ready[2];
+  if (::pipe(ready) != 0)
+    std::exit(1);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(ready[0]);
+    check(cuInit(0), "cuInit");
+    const char byte = 1;
+    if (::write(ready[1], &byte, 1) != 1)
+      ::_exit(1);
+    for (;;)
+      ::pause();
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  if (::read(ready[0], &byte, 1) != 1) {
+    std::fprintf(stderr, "the driver holder failed (no device?)\n");
+    std::exit(1);
+  }
+  ::close(ready[0]);
+  return pid;
+}
+
+struct Lifecycle {
+  double init = 0, create = 0, release = 0;
+};
+
+// In a fresh process: the steps' times, written to `fd`.
+[[noreturn]] void one_lifecycle(bool one_queue, int fd) {
+  if (one_queue)
+    ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
+  Lifecycle out;
+  const auto a = Clock::now();
+  check(cuInit(0), "cuInit");
+  const auto b = Clock::now();
+  CUdevice device;
+  CUcontext context;
+  CUstream stream;
+  CUdeviceptr memory;
+  check(cuDeviceGet(&device, 0), "cuDeviceGet");
+  check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
+  check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+  check(cuStreamCreate(&stream, 0), "cuStreamCreate");
+  check(cuMemAlloc(&memory, 4096), "cuMemAlloc");
+  const auto c = Clock::now();
+  check(cuMemFree(memory), "cuMemFree");
+  check(cuStreamDestroy(stream), "cuStreamDestroy");
+  check(cuDevicePrimaryCtxRelease(device), "cuDevicePrimaryCtxRelease");
+  const auto d = Clock::now();
+  out = {ms(a, b), ms(b, c), ms(c, d)};
+  if (::write(fd, &out, sizeof out) != sizeof out)
+    ::_exit(1);
+  ::_exit(0);
+}
+
+struct Rounds {
+  std::vector<double> init, create, release, life;
+};
+
+// `rounds` rounds of `at_once` fresh processes started together.
+Rounds lifecycles(bool one_queue, int at_once, int rounds) {
+  Rounds r;
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<std::pair<pid_t, int>> children;
+    std::vector<Clock::time_point> started;
+    for (int k = 0; k < at_once; ++k) {
+      int fds[2];
+      if (::pipe(fds) != 0)
+        std::exit(1);
+      started.push_back(Clock::now());
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::close(fds[0]);
+        one_lifecycle(one_queue, fds[1]);
+      }
+      ::close(fds[1]);
+      children.emplace_back(pid, fds[0]);
+    }
+    for (size_t k = 0; k < children.size(); ++k) {
+      int status = 0;
+      ::waitpid(children[k].first, &status, 0);
+      r.life.push_back(ms(started[k], Clock::now()));
+      Lifecycle one;
+      if (::read(children[k].second, &one, sizeof one) != sizeof one) {
+        std::fprintf(stderr, "a lifecycle process failed\n");
+        std::exit(1);
+      }
+      ::close(children[k].second);
+      r.init.push_back(one.init);
+      r.create.push_back(one.create);
+      r.release.push_back(one.release);
+    }
+  }
+  return r;
+}
+
+// Fresh processes, one after another until killed, each making and releasing a context.
+[[noreturn]] void disturb() {
+  for (;;) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      int sink[2];
+      if (::pipe(sink) != 0)
+        ::_exit(1);
+      one_lifecycle(true, sink[1]);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+  }
+}
+
+struct Samples {
+  std::vector<double> event_ms, launch_ms;
+};
+
+// The victim, in a fresh process (the driver must not be initialised in this one before it
+// forks); its times come back through a pipe as pairs.
+Samples timed_samples(size_t bytes, int disturbers, double seconds) {
+  std::vector<pid_t> others;
+  for (int k = 0; k < disturbers; ++k) {
+    const pid_t pid = ::fork();
+    if (pid == 0)
+      disturb();
+    others.push_back(pid);
+  }
+  int fds[2];
+  if (::pipe(fds) != 0)
+    std::exit(1);
+  const pid_t victim = ::fork();
+  if (victim == 0) {
+    ::close(fds[0]);
+    ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
+    check(cuInit(0), "cuInit");
+    CUdevice device;
+    CUcontext context;
+    CUstream stream;
+    CUdeviceptr buffer;
+    const size_t words = bytes / 4;
+    check(cuDeviceGet(&device, 0), "cuDeviceGet");
+    check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
+    check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+    check(cuStreamCreate(&stream, 0), "cuStreamCreate");
+    check(cuMemAlloc(&buffer, words * 4), "cuMemAlloc");
+    CUgraph graph;
+    CUgraphExec exec;
+    check(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capture");
+    check(cuMemsetD32Async(buffer, 7, words, stream), "cuMemsetD32Async");
+    check(cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+    check(cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
+    CUevent start, stop;
+    check(cuEventCreate(&start, 0), "cuEventCreate");
+    check(cuEventCreate(&stop, 0), "cuEventCreate");
+    ::usleep(300000); // the disturbers under way
+    std::vector<double> out;
+    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < until) {
+      check(cuEventRecord(start, stream), "cuEventRecord");
+      const auto a = Clock::now();
+      check(cuGraphLaunch(exec, stream), "cuGraphLaunch");
+      const auto b = Clock::now();
+      check(cuEventRecord(stop, stream), "cuEventRecord");
+      check(cuEventSynchronize(stop), "cuEventSynchronize");
+      float elapsed = 0;
+      check(cuEventElapsedTime(&elapsed, start, stop), "cuEventElapsedTime");
+      out.push_back(elapsed);
+      out.push_back(ms(a, b));
+    }
+    const size_t bytes = out.size() * sizeof(double);
+    if (::write(fds[1], out.data(), bytes) != static_cast<ssize_t>(bytes))
+      ::_exit(1);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::vector<double> all;
+  double chunk[512];
+  for (ssize_t n; (n = ::read(fds[0], chunk, sizeof chunk)) > 0;)
+    all.insert(all.end(), chunk, chunk + n / static_cast<ssize_t>(sizeof(double)));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(victim, &status, 0);
+  for (pid_t pid : others) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  Samples samples;
+  for (size_t i = 0; i + 1 < all.size(); i += 2) {
+    samples.event_ms.push_back(all[i]);
+    samples.launch_ms.push_back(all[i + 1]);
+  }
+  return samples;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 8;
+  const double seconds = argc > 2 ? std::atof(argv[2]) : 3.0;
+  // Killed with this process's group at the end: every child is ours.
+  const pid_t holder = hold_driver();
+  std::printf("a context's lifecycle, the driver held by another process (median ms over %d "
+              "rounds)\n",
+              rounds);
+  for (const bool one_queue : {true, false})
+    for (const int at_once : {1, 2, 3}) {
+      const Rounds r = lifecycles(one_queue, at_once, rounds);
+      std::printf("  %-14s %d at once: cuInit %6.1f  create %6.1f  release %6.1f  life %6.1f  "
+                  "(create max %6.1f)\n",
+                  one_queue ? "one queue" : "default queues", at_once, percentile(r.init, 0.5),
+                  percentile(r.create, 0.5), percentile(r.release, 0.5), percentile(r.life, 0.5),
+                  percentile(r.create, 1.0));
+    }
+  for (const size_t mib : {64, 1024}) {
+    std::printf("a %zu MiB memset in a CUDA graph between two events, %.0f s each (ms)\n", mib,
+                seconds);
+    double alone_p50 = 0;
+    for (const int disturbers : {0, 1}) {
+      const Samples s = timed_samples(mib << 20, disturbers, seconds);
+      const double p50 = percentile(s.event_ms, 0.5);
+      if (disturbers == 0)
+        alone_p50 = p50;
+      std::printf("  %-34s %6zu samples: event p50 %7.4f (x%.3f)  p99 %7.4f  max %7.4f;  "
+                  "cuGraphLaunch p50 %7.4f  p99 %7.4f  max %7.4f\n",
+                  disturbers ? "beside one process making contexts" : "alone", s.event_ms.size(),
+                  p50, alone_p50 > 0 ? p50 / alone_p50 : 0.0, percentile(s.event_ms, 0.99),
+                  percentile(s.event_ms, 1.0), percentile(s.launch_ms, 0.5),
+                  percentile(s.launch_ms, 0.99), percentile(s.launch_ms, 1.0));
+    }
+  }
+  ::kill(holder, SIGKILL);
+  int status = 0;
+  ::waitpid(holder, &status, 0);
+  return 0;
+}
