@@ -18,40 +18,16 @@
 //   g++ -O2 -std=c++17 -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -o /tmp/context_cost
 //       bench/context_cost.cpp -lcuda   (one command)
 //   /tmp/context_cost [rounds=8] [seconds=3]
-#include <cuda.h>
+#include "driver_bench.hpp"
 
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
-#include <vector>
-
-#include <csignal>
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double ms(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-void check(CUresult r, const char* what) {
-  if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "%s failed: %d\n", what, static_cast<int>(r));
-    std::exit(1);
-  }
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty())
-    return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
+using driver_bench::check;
+using driver_bench::Clock;
+using driver_bench::ms;
+using driver_bench::percentile;
 
 // The driver initialised in a process of its own until killed (keval serve's driver hold).
 pid_t hold_driver() {
@@ -170,75 +146,48 @@ struct Samples {
   std::vector<double> event_ms, launch_ms;
 };
 
-// The victim, in a fresh process (the driver must not be initialised in this one before it
-// forks); its times come back through a pipe as pairs.
+// The victim times a `bytes` memset in a graph; its times come back as pairs.
 Samples timed_samples(size_t bytes, int disturbers, double seconds) {
-  std::vector<pid_t> others;
-  for (int k = 0; k < disturbers; ++k) {
-    const pid_t pid = ::fork();
-    if (pid == 0)
-      disturb();
-    others.push_back(pid);
-  }
-  int fds[2];
-  if (::pipe(fds) != 0)
-    std::exit(1);
-  const pid_t victim = ::fork();
-  if (victim == 0) {
-    ::close(fds[0]);
-    ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
-    check(cuInit(0), "cuInit");
-    CUdevice device;
-    CUcontext context;
-    CUstream stream;
-    CUdeviceptr buffer;
-    const size_t words = bytes / 4;
-    check(cuDeviceGet(&device, 0), "cuDeviceGet");
-    check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
-    check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
-    check(cuStreamCreate(&stream, 0), "cuStreamCreate");
-    check(cuMemAlloc(&buffer, words * 4), "cuMemAlloc");
-    CUgraph graph;
-    CUgraphExec exec;
-    check(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capture");
-    check(cuMemsetD32Async(buffer, 7, words, stream), "cuMemsetD32Async");
-    check(cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-    check(cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
-    CUevent start, stop;
-    check(cuEventCreate(&start, 0), "cuEventCreate");
-    check(cuEventCreate(&stop, 0), "cuEventCreate");
-    ::usleep(300000); // the disturbers under way
-    std::vector<double> out;
-    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
-    while (Clock::now() < until) {
-      check(cuEventRecord(start, stream), "cuEventRecord");
-      const auto a = Clock::now();
-      check(cuGraphLaunch(exec, stream), "cuGraphLaunch");
-      const auto b = Clock::now();
-      check(cuEventRecord(stop, stream), "cuEventRecord");
-      check(cuEventSynchronize(stop), "cuEventSynchronize");
-      float elapsed = 0;
-      check(cuEventElapsedTime(&elapsed, start, stop), "cuEventElapsedTime");
-      out.push_back(elapsed);
-      out.push_back(ms(a, b));
-    }
-    const size_t bytes = out.size() * sizeof(double);
-    if (::write(fds[1], out.data(), bytes) != static_cast<ssize_t>(bytes))
-      ::_exit(1);
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::vector<double> all;
-  double chunk[512];
-  for (ssize_t n; (n = ::read(fds[0], chunk, sizeof chunk)) > 0;)
-    all.insert(all.end(), chunk, chunk + n / static_cast<ssize_t>(sizeof(double)));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(victim, &status, 0);
-  for (pid_t pid : others) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-  }
+  const std::vector<double> all =
+      driver_bench::measure_in_child(disturbers, disturb, [bytes, seconds] {
+        ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
+        check(cuInit(0), "cuInit");
+        CUdevice device;
+        CUcontext context;
+        CUstream stream;
+        CUdeviceptr buffer;
+        const size_t words = bytes / 4;
+        check(cuDeviceGet(&device, 0), "cuDeviceGet");
+        check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
+        check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+        check(cuStreamCreate(&stream, 0), "cuStreamCreate");
+        check(cuMemAlloc(&buffer, words * 4), "cuMemAlloc");
+        CUgraph graph;
+        CUgraphExec exec;
+        check(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capture");
+        check(cuMemsetD32Async(buffer, 7, words, stream), "cuMemsetD32Async");
+        check(cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+        check(cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
+        CUevent start, stop;
+        check(cuEventCreate(&start, 0), "cuEventCreate");
+        check(cuEventCreate(&stop, 0), "cuEventCreate");
+        ::usleep(300000); // the disturbers under way
+        std::vector<double> out;
+        const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+        while (Clock::now() < until) {
+          check(cuEventRecord(start, stream), "cuEventRecord");
+          const auto a = Clock::now();
+          check(cuGraphLaunch(exec, stream), "cuGraphLaunch");
+          const auto b = Clock::now();
+          check(cuEventRecord(stop, stream), "cuEventRecord");
+          check(cuEventSynchronize(stop), "cuEventSynchronize");
+          float elapsed = 0;
+          check(cuEventElapsedTime(&elapsed, start, stop), "cuEventElapsedTime");
+          out.push_back(elapsed);
+          out.push_back(ms(a, b));
+        }
+        return out;
+      });
   Samples samples;
   for (size_t i = 0; i + 1 < all.size(); i += 2) {
     samples.event_ms.push_back(all[i]);

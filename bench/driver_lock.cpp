@@ -11,34 +11,17 @@
 //   g++ -O2 -std=c++17 -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -o /tmp/driver_lock
 //       bench/driver_lock.cpp -lcuda   (one command)
 //   /tmp/driver_lock [seconds=5]
-#include <cuda.h>
+#include "driver_bench.hpp"
 
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
-#include <vector>
-
-#include <csignal>
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double ms(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-void check(CUresult r, const char* what) {
-  if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "%s failed: %d\n", what, static_cast<int>(r));
-    std::exit(1);
-  }
-}
+using driver_bench::check;
+using driver_bench::Clock;
+using driver_bench::ms;
+using driver_bench::percentile;
 
 // Initialises the driver and makes device 0's primary context current.
 void open_context() {
@@ -76,71 +59,41 @@ struct Calls {
   std::vector<double> alloc, memset, copy, event;
 };
 
-double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
-
 // The victim's loop, in a fresh process of its own (the driver must not be initialised in this
 // one before it forks the disturbers); its times come back through a pipe.
 Calls measure(int disturbers, bool contexts, double seconds) {
-  std::vector<pid_t> others;
-  for (int k = 0; k < disturbers; ++k) {
-    const pid_t pid = ::fork();
-    if (pid == 0)
-      disturb(contexts);
-    others.push_back(pid);
-  }
-  int fds[2];
-  if (::pipe(fds) != 0)
-    std::exit(1);
-  const pid_t victim = ::fork();
-  if (victim == 0) {
-    ::close(fds[0]);
-    open_context();
-    CUstream stream;
-    CUdeviceptr buffer;
-    check(cuStreamCreate(&stream, 0), "cuStreamCreate");
-    check(cuMemAlloc(&buffer, 1 << 20), "cuMemAlloc");
-    std::vector<char> host(1 << 20);
-    ::usleep(300000); // the disturbers under way
-    std::vector<double> out;
-    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
-    while (Clock::now() < until) {
-      const auto a = Clock::now();
-      CUdeviceptr x;
-      check(cuMemAlloc(&x, 8 << 20), "cuMemAlloc");
-      check(cuMemFree(x), "cuMemFree");
-      const auto b = Clock::now();
-      check(cuMemsetD8Async(buffer, 1, 1 << 20, stream), "cuMemsetD8Async");
-      check(cuStreamSynchronize(stream), "cuStreamSynchronize");
-      const auto c = Clock::now();
-      check(cuMemcpyDtoH(host.data(), buffer, host.size()), "cuMemcpyDtoH");
-      const auto d = Clock::now();
-      CUevent event;
-      check(cuEventCreate(&event, 0), "cuEventCreate");
-      check(cuEventDestroy(event), "cuEventDestroy");
-      const auto e = Clock::now();
-      for (double t : {ms(a, b), ms(b, c), ms(c, d), ms(d, e)})
-        out.push_back(t);
-    }
-    const size_t bytes = out.size() * sizeof(double);
-    if (::write(fds[1], out.data(), bytes) != static_cast<ssize_t>(bytes))
-      ::_exit(1);
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::vector<double> all;
-  double chunk[512];
-  for (ssize_t n; (n = ::read(fds[0], chunk, sizeof chunk)) > 0;)
-    all.insert(all.end(), chunk, chunk + n / static_cast<ssize_t>(sizeof(double)));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(victim, &status, 0);
-  for (pid_t pid : others) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-  }
+  const std::vector<double> all = driver_bench::measure_in_child(
+      disturbers, [contexts] { disturb(contexts); },
+      [seconds] {
+        open_context();
+        CUstream stream;
+        CUdeviceptr buffer;
+        check(cuStreamCreate(&stream, 0), "cuStreamCreate");
+        check(cuMemAlloc(&buffer, 1 << 20), "cuMemAlloc");
+        std::vector<char> host(1 << 20);
+        ::usleep(300000); // the disturbers under way
+        std::vector<double> out;
+        const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+        while (Clock::now() < until) {
+          const auto a = Clock::now();
+          CUdeviceptr x;
+          check(cuMemAlloc(&x, 8 << 20), "cuMemAlloc");
+          check(cuMemFree(x), "cuMemFree");
+          const auto b = Clock::now();
+          check(cuMemsetD8Async(buffer, 1, 1 << 20, stream), "cuMemsetD8Async");
+          check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+          const auto c = Clock::now();
+          check(cuMemcpyDtoH(host.data(), buffer, host.size()), "cuMemcpyDtoH");
+          const auto d = Clock::now();
+          CUevent event;
+          check(cuEventCreate(&event, 0), "cuEventCreate");
+          check(cuEventDestroy(event), "cuEventDestroy");
+          const auto e = Clock::now();
+          for (double t : {ms(a, b), ms(b, c), ms(c, d), ms(d, e)})
+            out.push_back(t);
+        }
+        return out;
+      });
   Calls calls;
   for (size_t i = 0; i + 3 < all.size(); i += 4) {
     calls.alloc.push_back(all[i]);
