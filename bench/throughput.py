@@ -348,7 +348,7 @@ def run_sequence(args, n):
                 time.sleep(args.burst_gap)
             label = "sequence" if args.bursts == 1 else f"burst {k + 1}"
             before = client.stats()
-            bursts.append(run_burst(client, request, n, label, responses))
+            bursts.append(run_burst(client, request, n, label, responses, args.sequence_gap))
             print_pool(f"the {label}", client.stats(), before)
         if args.bursts == 1:
             return bursts[0]
@@ -367,12 +367,14 @@ def warmed_runners(worker):
     return sum(1 for side in warm_up.get("sides", {}).values() if side.get("warmed"))
 
 
-def run_burst(client, request, n, label, responses=None):
-    """N back-to-back compares from one client: its row, and where the jobs' time went (each
-    response written to the folder `responses` when given)."""
+def run_burst(client, request, n, label, responses=None, gap=0):
+    """N back-to-back compares from one client (`gap` seconds apart): its row, and where the
+    jobs' time went (each response written to the folder `responses` when given)."""
     latencies, failures, starts, timelines, sampling, waits, warmed = [], 0, [], [], [], [], []
     start = time.perf_counter()
     for number in range(n):
+        if number and gap:  # a client that waits between its jobs (--sequence-gap)
+            time.sleep(gap)
         t = time.perf_counter()
         r = send(client, request)
         latencies.append(time.perf_counter() - t)
@@ -485,6 +487,9 @@ def main():
     parser.add_argument("--sequence-max-noise", type=float, metavar="P",
                         help="send the --warm-sequence compares with this request 'max_noise' "
                              "(the client's choice: sampling stops once the mean is stable)")
+    parser.add_argument("--sequence-gap", type=float, default=0, metavar="SECONDS",
+                        help="wait this long between the --warm-sequence compares (a client "
+                             "that pauses between jobs; latencies count from each send)")
     parser.add_argument("--bursts", type=int, default=1, metavar="K",
                         help="send the --warm-sequence K times through the same daemon, "
                              "--burst-gap seconds apart (an RL loop's training steps: does the "
@@ -532,7 +537,8 @@ def main():
                            [("", args)] if args.warm_sequence else []):
         noise = ("" if args.sequence_max_noise is None else
                  f" (\"max_noise\": {args.sequence_max_noise:g})")
-        print(f"-- {args.warm_sequence} back-to-back {Path(args.sequence_request).name} "
+        spacing = (f"{args.sequence_gap:g} s apart" if args.sequence_gap else "back-to-back")
+        print(f"-- {args.warm_sequence} {spacing} {Path(args.sequence_request).name} "
               f"compares{noise}, one client, through a daemon started with "
               f"{' '.join(variant.serve_arg) or 'the defaults'}")
         out[f"sequence {label}".strip()] = run_sequence(variant, args.warm_sequence)
