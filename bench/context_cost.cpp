@@ -26,33 +26,9 @@ namespace {
 
 using driver_bench::check;
 using driver_bench::Clock;
+using driver_bench::hold_driver;
 using driver_bench::ms;
 using driver_bench::percentile;
-
-// The driver initialised in a process of its own until killed (keval serve's driver hold).
-pid_t hold_driver() {
-  int ready[2];
-  if (::pipe(ready) != 0)
-    std::exit(1);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(ready[0]);
-    check(cuInit(0), "cuInit");
-    const char byte = 1;
-    if (::write(ready[1], &byte, 1) != 1)
-      ::_exit(1);
-    for (;;)
-      ::pause();
-  }
-  ::close(ready[1]);
-  char byte = 0;
-  if (::read(ready[0], &byte, 1) != 1) {
-    std::fprintf(stderr, "the driver holder failed (no device?)\n");
-    std::exit(1);
-  }
-  ::close(ready[0]);
-  return pid;
-}
 
 struct Lifecycle {
   double init = 0, create = 0, release = 0;

@@ -1,5 +1,6 @@
-// What the driver benches (driver_lock.cpp, context_cost.cpp) share: a victim process measured
-// beside disturbing ones, each a fresh child of the bench.
+// What the driver benches (driver_lock.cpp, context_cost.cpp, idle_contexts.cpp) share: a victim
+// process measured beside disturbing ones, each a fresh child of the bench, and the driver held
+// initialised by a process of its own as keval serve holds it.
 #pragma once
 
 #include <cuda.h>
@@ -34,6 +35,31 @@ inline double percentile(std::vector<double> v, double p) {
     return 0;
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+// The driver initialised in a process of its own until killed (keval serve's driver hold).
+inline pid_t hold_driver() {
+  int ready[2];
+  if (::pipe(ready) != 0)
+    std::exit(1);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(ready[0]);
+    check(cuInit(0), "cuInit");
+    const char byte = 1;
+    if (::write(ready[1], &byte, 1) != 1)
+      ::_exit(1);
+    for (;;)
+      ::pause();
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  if (::read(ready[0], &byte, 1) != 1) {
+    std::fprintf(stderr, "the driver holder failed (no device?)\n");
+    std::exit(1);
+  }
+  ::close(ready[0]);
+  return pid;
 }
 
 // Runs `victim` (returning its measurements) in a fresh child process, beside `disturbers`
