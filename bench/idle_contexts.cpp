@@ -21,6 +21,8 @@
 #include <array>
 #include <string>
 
+#include <poll.h>
+
 namespace {
 
 using driver_bench::check;
@@ -66,9 +68,13 @@ std::vector<pid_t> idle_holders(int count) {
   }
   ::close(ready[1]);
   for (int k = 0; k < count; ++k) {
+    // A holder that failed never writes while the others hold their end open: not forever.
+    pollfd one{ready[0], POLLIN, 0};
     char byte = 0;
-    if (::read(ready[0], &byte, 1) != 1) {
-      std::fprintf(stderr, "an idle holder failed (no device?)\n");
+    if (::poll(&one, 1, 60000) != 1 || ::read(ready[0], &byte, 1) != 1) {
+      std::fprintf(stderr, "an idle holder failed or was not ready within 60 s (no device?)\n");
+      for (pid_t pid : pids)
+        ::kill(pid, SIGKILL);
       std::exit(1);
     }
   }
