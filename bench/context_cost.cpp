@@ -126,41 +126,15 @@ struct Samples {
 Samples timed_samples(size_t bytes, int disturbers, double seconds) {
   const std::vector<double> all =
       driver_bench::measure_in_child(disturbers, disturb, [bytes, seconds] {
-        ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
-        check(cuInit(0), "cuInit");
-        CUdevice device;
-        CUcontext context;
-        CUstream stream;
-        CUdeviceptr buffer;
-        const size_t words = bytes / 4;
-        check(cuDeviceGet(&device, 0), "cuDeviceGet");
-        check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
-        check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
-        check(cuStreamCreate(&stream, 0), "cuStreamCreate");
-        check(cuMemAlloc(&buffer, words * 4), "cuMemAlloc");
-        CUgraph graph;
-        CUgraphExec exec;
-        check(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capture");
-        check(cuMemsetD32Async(buffer, 7, words, stream), "cuMemsetD32Async");
-        check(cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-        check(cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
-        CUevent start, stop;
-        check(cuEventCreate(&start, 0), "cuEventCreate");
-        check(cuEventCreate(&stop, 0), "cuEventCreate");
+        driver_bench::open_context(true);
+        driver_bench::TimedGraph graph(bytes);
         ::usleep(300000); // the disturbers under way
         std::vector<double> out;
         const auto until = Clock::now() + std::chrono::duration<double>(seconds);
         while (Clock::now() < until) {
-          check(cuEventRecord(start, stream), "cuEventRecord");
-          const auto a = Clock::now();
-          check(cuGraphLaunch(exec, stream), "cuGraphLaunch");
-          const auto b = Clock::now();
-          check(cuEventRecord(stop, stream), "cuEventRecord");
-          check(cuEventSynchronize(stop), "cuEventSynchronize");
-          float elapsed = 0;
-          check(cuEventElapsedTime(&elapsed, start, stop), "cuEventElapsedTime");
-          out.push_back(elapsed);
-          out.push_back(ms(a, b));
+          double launch_ms = 0;
+          out.push_back(graph.sample(&launch_ms));
+          out.push_back(launch_ms);
         }
         return out;
       });

@@ -37,6 +37,70 @@ inline double percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
+// Device 0's primary context, made current on this thread after cuInit; with one hardware work
+// queue where `one_queue` (as keval's trusted worker and one-stream runners have). Call before any
+// other CUDA call of the process.
+inline CUdevice open_context(bool one_queue) {
+  if (one_queue)
+    ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
+  CUdevice device;
+  CUcontext context;
+  check(cuInit(0), "cuInit");
+  check(cuDeviceGet(&device, 0), "cuDeviceGet");
+  check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
+  check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+  return device;
+}
+
+// A memset of `bytes` captured in a CUDA graph on a stream of its own and timed between two
+// events, as keval's cuda_graph timer times a launch; in the current context.
+class TimedGraph {
+public:
+  explicit TimedGraph(size_t bytes) {
+    const size_t words = bytes / 4;
+    check(cuStreamCreate(&stream_, 0), "cuStreamCreate");
+    check(cuMemAlloc(&buffer_, words * 4), "cuMemAlloc");
+    check(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capture");
+    check(cuMemsetD32Async(buffer_, 7, words, stream_), "cuMemsetD32Async");
+    check(cuStreamEndCapture(stream_, &graph_), "cuStreamEndCapture");
+    check(cuGraphInstantiateWithFlags(&exec_, graph_, 0), "cuGraphInstantiate");
+    check(cuEventCreate(&start_, 0), "cuEventCreate");
+    check(cuEventCreate(&stop_, 0), "cuEventCreate");
+  }
+  TimedGraph(const TimedGraph&) = delete;
+  TimedGraph& operator=(const TimedGraph&) = delete;
+  ~TimedGraph() {
+    cuEventDestroy(stop_);
+    cuEventDestroy(start_);
+    cuGraphExecDestroy(exec_);
+    cuGraphDestroy(graph_);
+    cuMemFree(buffer_);
+    cuStreamDestroy(stream_);
+  }
+  CUstream stream() const { return stream_; }
+  // One sample: the ms between its events; the host's cuGraphLaunch call's in *launch_ms.
+  double sample(double* launch_ms = nullptr) {
+    check(cuEventRecord(start_, stream_), "cuEventRecord");
+    const auto a = Clock::now();
+    check(cuGraphLaunch(exec_, stream_), "cuGraphLaunch");
+    const auto b = Clock::now();
+    check(cuEventRecord(stop_, stream_), "cuEventRecord");
+    check(cuEventSynchronize(stop_), "cuEventSynchronize");
+    float elapsed = 0;
+    check(cuEventElapsedTime(&elapsed, start_, stop_), "cuEventElapsedTime");
+    if (launch_ms != nullptr)
+      *launch_ms = ms(a, b);
+    return elapsed;
+  }
+
+private:
+  CUstream stream_ = nullptr;
+  CUdeviceptr buffer_ = 0;
+  CUgraph graph_ = nullptr;
+  CUgraphExec exec_ = nullptr;
+  CUevent start_ = nullptr, stop_ = nullptr;
+};
+
 // The driver initialised in a process of its own until killed (keval serve's driver hold).
 inline pid_t hold_driver() {
   int ready[2];

@@ -23,14 +23,9 @@ using driver_bench::Clock;
 using driver_bench::ms;
 using driver_bench::percentile;
 
-// Initialises the driver and makes device 0's primary context current.
+// Device 0's primary context with the driver's default work queues, as before keval used one.
 void open_context() {
-  CUdevice device;
-  CUcontext context;
-  check(cuInit(0), "cuInit");
-  check(cuDeviceGet(&device, 0), "cuDeviceGet");
-  check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
-  check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+  driver_bench::open_context(false);
 }
 
 // Fresh processes, one after another until killed: each initialises the driver and, for

@@ -31,18 +31,6 @@ using driver_bench::hold_driver;
 using driver_bench::ms;
 using driver_bench::percentile;
 
-// Makes device 0's primary context current, with one hardware work queue.
-CUdevice open_context() {
-  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
-  CUdevice device;
-  CUcontext context;
-  check(cuInit(0), "cuInit");
-  check(cuDeviceGet(&device, 0), "cuDeviceGet");
-  check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
-  check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
-  return device;
-}
-
 // `count` idle processes, each holding a context and 64 MiB, once they have all said so.
 std::vector<pid_t> idle_holders(int count) {
   std::vector<pid_t> pids;
@@ -53,7 +41,7 @@ std::vector<pid_t> idle_holders(int count) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::close(ready[0]);
-      open_context();
+      driver_bench::open_context(true);
       CUdeviceptr memory;
       check(cuMemAlloc(&memory, 64 << 20), "cuMemAlloc");
       check(cuMemsetD8(memory, 0, 64 << 20), "cuMemsetD8");
@@ -99,50 +87,29 @@ Victim victim(double seconds) {
           out.push_back(value);
         };
         const auto a = Clock::now();
-        const CUdevice device = open_context();
-        CUstream stream;
-        check(cuStreamCreate(&stream, 0), "cuStreamCreate");
+        const CUdevice device = driver_bench::open_context(true);
         tagged(kCreate, ms(a, Clock::now()));
-        constexpr size_t kWords = (64u << 20) / 4;
-        CUdeviceptr small, big;
+        CUdeviceptr small;
         check(cuMemAlloc(&small, 1 << 20), "cuMemAlloc");
-        check(cuMemAlloc(&big, kWords * 4), "cuMemAlloc");
-        CUgraph graph;
-        CUgraphExec exec;
-        check(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capture");
-        check(cuMemsetD32Async(big, 7, kWords, stream), "cuMemsetD32Async");
-        check(cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-        check(cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
-        CUevent start, stop;
-        check(cuEventCreate(&start, 0), "cuEventCreate");
-        check(cuEventCreate(&stop, 0), "cuEventCreate");
-        const auto until = Clock::now() + std::chrono::duration<double>(seconds);
-        while (Clock::now() < until) {
-          const auto b = Clock::now();
-          CUdeviceptr x;
-          check(cuMemAlloc(&x, 8 << 20), "cuMemAlloc");
-          check(cuMemFree(x), "cuMemFree");
-          const auto c = Clock::now();
-          check(cuMemsetD8Async(small, 1, 1 << 20, stream), "cuMemsetD8Async");
-          check(cuStreamSynchronize(stream), "cuStreamSynchronize");
-          const auto d = Clock::now();
-          check(cuEventRecord(start, stream), "cuEventRecord");
-          check(cuGraphLaunch(exec, stream), "cuGraphLaunch");
-          check(cuEventRecord(stop, stream), "cuEventRecord");
-          check(cuEventSynchronize(stop), "cuEventSynchronize");
-          float elapsed = 0;
-          check(cuEventElapsedTime(&elapsed, start, stop), "cuEventElapsedTime");
-          tagged(kAlloc, ms(b, c));
-          tagged(kMemset, ms(c, d));
-          tagged(kSample, elapsed);
+        {
+          driver_bench::TimedGraph graph(64u << 20);
+          const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+          while (Clock::now() < until) {
+            const auto b = Clock::now();
+            CUdeviceptr x;
+            check(cuMemAlloc(&x, 8 << 20), "cuMemAlloc");
+            check(cuMemFree(x), "cuMemFree");
+            const auto c = Clock::now();
+            check(cuMemsetD8Async(small, 1, 1 << 20, graph.stream()), "cuMemsetD8Async");
+            check(cuStreamSynchronize(graph.stream()), "cuStreamSynchronize");
+            const auto d = Clock::now();
+            const double sample = graph.sample();
+            tagged(kAlloc, ms(b, c));
+            tagged(kMemset, ms(c, d));
+            tagged(kSample, sample);
+          }
         }
-        check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
-        check(cuGraphDestroy(graph), "cuGraphDestroy");
-        check(cuEventDestroy(start), "cuEventDestroy");
-        check(cuEventDestroy(stop), "cuEventDestroy");
         check(cuMemFree(small), "cuMemFree");
-        check(cuMemFree(big), "cuMemFree");
-        check(cuStreamDestroy(stream), "cuStreamDestroy");
         const auto e = Clock::now();
         check(cuDevicePrimaryCtxRelease(device), "cuDevicePrimaryCtxRelease");
         tagged(kRelease, ms(e, Clock::now()));
