@@ -24,11 +24,7 @@
 
 namespace {
 
-using driver_bench::check;
-using driver_bench::Clock;
-using driver_bench::hold_driver;
-using driver_bench::ms;
-using driver_bench::percentile;
+using namespace driver_bench;
 
 struct Lifecycle {
   double init = 0, create = 0, release = 0;
@@ -124,20 +120,19 @@ struct Samples {
 
 // The victim times a `bytes` memset in a graph; its times come back as pairs.
 Samples timed_samples(size_t bytes, int disturbers, double seconds) {
-  const std::vector<double> all =
-      driver_bench::measure_in_child(disturbers, disturb, [bytes, seconds] {
-        driver_bench::open_context(true);
-        driver_bench::TimedGraph graph(bytes);
-        ::usleep(300000); // the disturbers under way
-        std::vector<double> out;
-        const auto until = Clock::now() + std::chrono::duration<double>(seconds);
-        while (Clock::now() < until) {
-          double launch_ms = 0;
-          out.push_back(graph.sample(&launch_ms));
-          out.push_back(launch_ms);
-        }
-        return out;
-      });
+  const std::vector<double> all = measure_in_child(disturbers, disturb, [bytes, seconds] {
+    open_context(true);
+    TimedGraph graph(bytes);
+    ::usleep(300000); // the disturbers under way
+    std::vector<double> out;
+    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < until) {
+      double launch_ms = 0;
+      out.push_back(graph.sample(&launch_ms));
+      out.push_back(launch_ms);
+    }
+    return out;
+  });
   Samples samples;
   for (size_t i = 0; i + 1 < all.size(); i += 2) {
     samples.event_ms.push_back(all[i]);

@@ -18,15 +18,7 @@
 
 namespace {
 
-using driver_bench::check;
-using driver_bench::Clock;
-using driver_bench::ms;
-using driver_bench::percentile;
-
-// Device 0's primary context with the driver's default work queues, as before keval used one.
-void open_context() {
-  driver_bench::open_context(false);
-}
+using namespace driver_bench;
 
 // Fresh processes, one after another until killed: each initialises the driver and, for
 // `contexts`, creates the primary context and uses it.
@@ -37,7 +29,7 @@ void open_context() {
       if (!contexts) {
         check(cuInit(0), "cuInit");
       } else {
-        open_context();
+        open_context(false); // the driver's default work queues, as before keval used one
         CUdeviceptr memory;
         check(cuMemAlloc(&memory, 64 << 20), "cuMemAlloc");
         check(cuMemsetD8(memory, 0, 64 << 20), "cuMemsetD8");
@@ -57,10 +49,10 @@ struct Calls {
 // The victim's loop, in a fresh process of its own (the driver must not be initialised in this
 // one before it forks the disturbers); its times come back through a pipe.
 Calls measure(int disturbers, bool contexts, double seconds) {
-  const std::vector<double> all = driver_bench::measure_in_child(
+  const std::vector<double> all = measure_in_child(
       disturbers, [contexts] { disturb(contexts); },
       [seconds] {
-        open_context();
+        open_context(false); // the driver's default work queues, as before keval used one
         CUstream stream;
         CUdeviceptr buffer;
         check(cuStreamCreate(&stream, 0), "cuStreamCreate");

@@ -25,11 +25,7 @@
 
 namespace {
 
-using driver_bench::check;
-using driver_bench::Clock;
-using driver_bench::hold_driver;
-using driver_bench::ms;
-using driver_bench::percentile;
+using namespace driver_bench;
 
 // `count` idle processes, each holding a context and 64 MiB, once they have all said so.
 std::vector<pid_t> idle_holders(int count) {
@@ -41,7 +37,7 @@ std::vector<pid_t> idle_holders(int count) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::close(ready[0]);
-      driver_bench::open_context(true);
+      open_context(true);
       CUdeviceptr memory;
       check(cuMemAlloc(&memory, 64 << 20), "cuMemAlloc");
       check(cuMemsetD8(memory, 0, 64 << 20), "cuMemsetD8");
@@ -78,7 +74,7 @@ struct Victim {
 // The victim in a fresh process; its times come back through measure_in_child as tagged pairs.
 Victim victim(double seconds) {
   enum Tag { kCreate, kRelease, kAlloc, kMemset, kSample };
-  const std::vector<double> all = driver_bench::measure_in_child(
+  const std::vector<double> all = measure_in_child(
       0, [] { std::exit(1); },
       [seconds] {
         std::vector<double> out;
@@ -87,12 +83,12 @@ Victim victim(double seconds) {
           out.push_back(value);
         };
         const auto a = Clock::now();
-        const CUdevice device = driver_bench::open_context(true);
+        const CUdevice device = open_context(true);
         tagged(kCreate, ms(a, Clock::now()));
         CUdeviceptr small;
         check(cuMemAlloc(&small, 1 << 20), "cuMemAlloc");
         {
-          driver_bench::TimedGraph graph(64u << 20);
+          TimedGraph graph(64u << 20);
           const auto until = Clock::now() + std::chrono::duration<double>(seconds);
           while (Clock::now() < until) {
             const auto b = Clock::now();
