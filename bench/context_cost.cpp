@@ -10,6 +10,13 @@
 // with the driver's default; one process at a time, two at once (an evaluate's trusted worker and
 // its runner) and three (a compare's: two runners). Medians over the rounds, in ms.
 //
+// Then which step of the one-queue lifecycle takes the time, and whether anything a process can
+// choose moves it: cuInit, making the context (primary retained, or cuCtxCreate), making it
+// current, a first stream, allocation and memset, freeing them, releasing the context, and the
+// exit as the parent saw it (from the child's report to its reaping); with CUDA_MODULE_LOADING
+// EAGER or LAZY, a blocking-sync context, and each one once more exiting with its context held
+// (the driver then releases it as the process exits). Medians over the rounds, in ms.
+//
 // Then a victim process times a memset (64 MiB, then 1 GiB) captured in a CUDA graph between two
 // events (as keval's cuda_graph timer does), for a few seconds: alone, and while another process
 // creates and releases contexts over and over (fresh processes, one queue). Printed: the
@@ -99,6 +106,123 @@ Rounds lifecycles(bool one_queue, int at_once, int rounds) {
   return r;
 }
 
+// The variants of the step-by-step lifecycle: what a process could choose about its context.
+enum class Variant {
+  primary,
+  module_loading_eager,
+  module_loading_lazy,
+  not_primary,
+  blocking_sync
+};
+constexpr Variant kVariants[] = {Variant::primary, Variant::module_loading_eager,
+                                 Variant::module_loading_lazy, Variant::not_primary,
+                                 Variant::blocking_sync};
+const char* name_of(Variant v) {
+  switch (v) {
+  case Variant::primary:
+    return "primary context";
+  case Variant::module_loading_eager:
+    return "CUDA_MODULE_LOADING=EAGER";
+  case Variant::module_loading_lazy:
+    return "CUDA_MODULE_LOADING=LAZY";
+  case Variant::not_primary:
+    return "cuCtxCreate (not primary)";
+  case Variant::blocking_sync:
+    return "blocking-sync primary";
+  }
+  return "?";
+}
+
+// The steps of one lifecycle, in the order they run (exit: measured by the parent).
+constexpr const char* kSteps[] = {"cuInit", "context", "current", "stream", "alloc",
+                                  "memset", "free",    "release", "exit"};
+constexpr int kStepCount = sizeof kSteps / sizeof kSteps[0];
+
+// In a fresh process, one queue: each step's ms but the exit, written to `fd`; the context left
+// to the process's exit where `release` is false.
+[[noreturn]] void stepwise_lifecycle(Variant variant, bool release, int fd) {
+  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
+  if (variant == Variant::module_loading_eager)
+    ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+  if (variant == Variant::module_loading_lazy)
+    ::setenv("CUDA_MODULE_LOADING", "LAZY", 1);
+  double steps[kStepCount - 1] = {};
+  int step = 0;
+  auto last = Clock::now();
+  const auto lap = [&] {
+    const auto now = Clock::now();
+    steps[step++] = ms(last, now);
+    last = now;
+  };
+  check(cuInit(0), "cuInit");
+  lap();
+  CUdevice device;
+  CUcontext context;
+  check(cuDeviceGet(&device, 0), "cuDeviceGet");
+  if (variant == Variant::blocking_sync)
+    check(cuDevicePrimaryCtxSetFlags(device, CU_CTX_SCHED_BLOCKING_SYNC), "set flags");
+  if (variant == Variant::not_primary) {
+    CUctxCreateParams params{};
+    check(cuCtxCreate(&context, &params, 0, device), "cuCtxCreate");
+  } else {
+    check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
+  }
+  lap();
+  check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+  lap();
+  CUstream stream;
+  check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  lap();
+  CUdeviceptr memory;
+  check(cuMemAlloc(&memory, 1 << 20), "cuMemAlloc");
+  lap();
+  check(cuMemsetD8Async(memory, 1, 1 << 20, stream), "cuMemsetD8Async");
+  check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+  lap();
+  if (release) {
+    check(cuMemFree(memory), "cuMemFree");
+    check(cuStreamDestroy(stream), "cuStreamDestroy");
+    lap();
+    if (variant == Variant::not_primary)
+      check(cuCtxDestroy(context), "cuCtxDestroy");
+    else
+      check(cuDevicePrimaryCtxRelease(device), "cuDevicePrimaryCtxRelease");
+    lap();
+  }
+  if (::write(fd, steps, sizeof steps) != sizeof steps)
+    ::_exit(1);
+  ::_exit(0);
+}
+
+// `rounds` stepwise lifecycles, one process at a time: each step's times.
+std::vector<std::vector<double>> stepwise(Variant variant, bool release, int rounds) {
+  std::vector<std::vector<double>> times(kStepCount);
+  for (int round = 0; round < rounds; ++round) {
+    int fds[2];
+    if (::pipe(fds) != 0)
+      std::exit(1);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      stepwise_lifecycle(variant, release, fds[1]);
+    }
+    ::close(fds[1]);
+    double steps[kStepCount - 1] = {};
+    if (::read(fds[0], steps, sizeof steps) != sizeof steps) {
+      std::fprintf(stderr, "a stepwise lifecycle failed\n");
+      std::exit(1);
+    }
+    const auto reported = Clock::now();
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ::close(fds[0]);
+    for (int k = 0; k < kStepCount - 1; ++k)
+      times[k].push_back(steps[k]);
+    times[kStepCount - 1].push_back(ms(reported, Clock::now()));
+  }
+  return times;
+}
+
 // Fresh processes, one after another until killed, each making and releasing a context.
 [[noreturn]] void disturb() {
   for (;;) {
@@ -159,6 +283,17 @@ int main(int argc, char** argv) {
                   one_queue ? "one queue" : "default queues", at_once, percentile(r.init, 0.5),
                   percentile(r.create, 0.5), percentile(r.release, 0.5), percentile(r.life, 0.5),
                   percentile(r.create, 1.0));
+    }
+  std::printf("the one-queue lifecycle step by step, one process at a time (median ms over %d "
+              "rounds)\n",
+              rounds);
+  for (const Variant variant : kVariants)
+    for (const bool release : {true, false}) {
+      const auto times = stepwise(variant, release, rounds);
+      std::printf("  %-26s %-13s", name_of(variant), release ? "released" : "exit holding");
+      for (int k = 0; k < kStepCount; ++k)
+        std::printf(" %s %5.1f", kSteps[k], percentile(times[k], 0.5));
+      std::printf("\n");
     }
   for (const size_t mib : {64, 1024}) {
     std::printf("a %zu MiB memset in a CUDA graph between two events, %.0f s each (ms)\n", mib,

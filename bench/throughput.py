@@ -243,6 +243,8 @@ def run_keval(args, jobs, label="keval"):
             print("   jobs whose prestarted worker warmed the GPU up before they came: " + "  ".join(
                 f"{kind} {sum(1 for w in warmed if w == n)}"
                 for kind, n in (("both runners", 2), ("one runner", 1), ("none", 0))))
+            print("   GPU held a job (grant to handover, mean ms), by the runners warmed before it "
+                  "came: " + held_by_warmth(workers))
         prewarms = [w.get("prewarm") for _, w in workers if w.get("prewarm")]
         if prewarms:
             # A job's wait for its worker (ready_wait_ms), and where its worker's prewarm went:
@@ -365,6 +367,22 @@ def warmed_runners(worker):
     if warm_up is None:
         return None
     return sum(1 for side in warm_up.get("sides", {}).values() if side.get("warmed"))
+
+
+def held_by_warmth(workers):
+    """How long the jobs held their GPU (timeline: grant to handover, or to their end without
+    one), by how many of their runners were warmed up before they came (None: a worker started
+    for its job): what the warm-up saved the GPU, where it ran."""
+    groups = {}
+    for _, worker in workers:
+        timeline = worker.get("timeline_ms", {})
+        end = timeline.get("handed_over", timeline.get("ended"))
+        if "granted" in timeline and end is not None:
+            groups.setdefault(warmed_runners(worker), []).append(end - timeline["granted"])
+    names = {2: "both", 1: "one", 0: "none", None: "fresh worker"}
+    return "  ".join(f"{names[k]} {statistics.mean(v):.0f} (n={len(v)})"
+                     for k, v in sorted(groups.items(), key=lambda kv: -1 if kv[0] is None
+                                        else kv[0], reverse=True))
 
 
 def run_burst(client, request, n, label, responses=None, gap=0):
