@@ -1,8 +1,10 @@
 #include "worker/cuda/detail/activity_trace.hpp"
 #include "worker/cuda/detail/cupti_library.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <iterator>
 #include <mutex>
 #include <string_view>
 #include <unordered_map>
@@ -26,6 +28,7 @@ namespace {
   X(cuptiActivityFlushAll)                                                                         \
   X(cuptiActivityGetNextRecord)                                                                    \
   X(cuptiActivityGetNumDroppedRecords)                                                             \
+  X(cuptiGetTimestamp)                                                                             \
   X(cuptiGetResultString)
 
 struct CuptiApi {
@@ -248,7 +251,34 @@ ActivityTrace* ActivityTrace::if_started() {
   return g_started.load();
 }
 
+void ActivityTrace::cut(bool keep) {
+#if KEVAL_HAVE_CUPTI
+  uint64_t ns = 0;
+  if (const CUptiResult r = g_api.cuptiGetTimestamp(&ns); r != CUPTI_SUCCESS)
+    throw TraceLost("CUPTI could not read its clock: " + result_text(g_api, r));
+  cuts_.push_back({std::max(ns, cuts_.empty() ? 0 : cuts_.back().at_ns), keep});
+#else
+  (void)keep; // start() never succeeds without CUPTI
+#endif
+}
+
+size_t ActivityTrace::samples_cut() const {
+  return static_cast<size_t>(
+      std::count_if(cuts_.begin(), cuts_.end(), [](const TraceCut& c) { return c.keep; }));
+}
+
+std::vector<std::vector<TracedWork>> ActivityTrace::take_samples() {
+  std::vector<TraceCut> cuts = std::exchange(cuts_, {});
+  std::vector<TracedWork> records = std::exchange(after_, {});
+  std::vector<TracedWork> taken = take();
+  records.insert(records.end(), std::make_move_iterator(taken.begin()),
+                 std::make_move_iterator(taken.end()));
+  return split_at_cuts(std::move(records), cuts, after_);
+}
+
 std::vector<TracedWork> ActivityTrace::take() {
+  cuts_.clear();
+  after_.clear();
 #if KEVAL_HAVE_CUPTI
   g_api.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   Collected& c = g_collected;
@@ -265,7 +295,7 @@ std::vector<TracedWork> ActivityTrace::take() {
                     " device operations in one sample: too many to trace");
   return out;
 #else
-  return {}; // start() never succeeds without CUPTI
+  return {};  // start() never succeeds without CUPTI
 #endif
 }
 

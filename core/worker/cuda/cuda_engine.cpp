@@ -370,17 +370,7 @@ public:
     session_.check_execution(api().cuStreamSynchronize(session_.stream()));
   }
 
-  void forget_traced_work() override {
-    detail::ActivityTrace* trace = detail::ActivityTrace::if_started();
-    if (trace == nullptr)
-      return;
-    session_.synchronize_context();
-    try {
-      trace->take();
-    } catch (const TraceLost&) {
-      // Dropped records of work that is no sample's: nothing of a sample is lost.
-    }
-  }
+  void forget_traced_work() override { drop_traced_work(true); }
 
   std::optional<SmClock> read_sm_clock() override {
     session_.throw_if_faulted();
@@ -405,8 +395,9 @@ public:
                                     bool trace) override {
     session_.throw_if_faulted();
     auto timer = detail::make_cuda_timer(session_, std::move(launch), capture, trace);
-    // What ran before its first sample (correctness runs, the capture) belongs to no sample.
-    forget_traced_work();
+    // What ran before its first sample (correctness runs, the capture) belongs to no sample, nor
+    // do samples of a timer it replaces that were never read.
+    drop_traced_work(false);
     return timer;
   }
 
@@ -486,6 +477,24 @@ public:
   }
 
 private:
+  // Waits for the process's device work and leaves it out of every sample's trace. Samples
+  // marked but not read yet (a reference's runner making the next inputs between its samples)
+  // are kept where `keep_unread_samples`: a cut drops this work when they are read, without
+  // reading the trace now; otherwise the trace is read and dropped whole.
+  void drop_traced_work(bool keep_unread_samples) {
+    detail::ActivityTrace* trace = detail::ActivityTrace::if_started();
+    if (trace == nullptr)
+      return;
+    session_.synchronize_context();
+    if (keep_unread_samples && trace->samples_cut() > 0)
+      return trace->cut(false);
+    try {
+      trace->take();
+    } catch (const TraceLost&) {
+      // Dropped records of work that is no sample's: nothing of a sample is lost.
+    }
+  }
+
   // What the profilers run before and as the launch: an L2 flush, and the launch, each waited for
   // on every stream of the context.
   std::function<void()> flushed() {

@@ -122,13 +122,24 @@ public:
 
   std::map<std::string, double> setup_ms() const override { return setup_ms_; }
 
-  SampleActivity sample_activity() override {
+  void end_sample() override {
     if (trace_ == nullptr)
-      return Timer::sample_activity();
+      return Timer::end_sample();
     // Work the kernel left running on a stream of its own must have ended before the trace can
     // show it.
     session_.synchronize_context();
-    return summarize_sample(trace_->take(), kSampleStartKernel, kSampleStopKernel);
+    trace_->cut(true);
+  }
+
+  std::vector<SampleActivity> take_activities() override {
+    if (trace_ == nullptr)
+      return Timer::take_activities();
+    if (trace_->samples_cut() == 0)
+      return {};
+    std::vector<SampleActivity> out;
+    for (const auto& records : trace_->take_samples())
+      out.push_back(summarize_sample(records, kSampleStartKernel, kSampleStopKernel));
+    return out;
   }
 
 private:

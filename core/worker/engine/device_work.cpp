@@ -185,6 +185,25 @@ SampleActivity summarize_sample(const std::vector<TracedWork>& records,
   return activity;
 }
 
+std::vector<std::vector<TracedWork>> split_at_cuts(std::vector<TracedWork> records,
+                                                   const std::vector<TraceCut>& cuts,
+                                                   std::vector<TracedWork>& after) {
+  std::vector<std::vector<TracedWork>> between(cuts.size());
+  for (auto& r : records) {
+    const auto cut = std::upper_bound(cuts.begin(), cuts.end(), r.start_ns,
+                                      [](uint64_t at, const TraceCut& c) { return at < c.at_ns; });
+    if (cut == cuts.end())
+      after.push_back(std::move(r));
+    else
+      between[static_cast<size_t>(cut - cuts.begin())].push_back(std::move(r));
+  }
+  std::vector<std::vector<TracedWork>> kept;
+  for (size_t k = 0; k < cuts.size(); ++k)
+    if (cuts[k].keep)
+      kept.push_back(std::move(between[k]));
+  return kept;
+}
+
 json::object to_json(const SampleActivity& activity) {
   json::array work;
   for (const auto& w : activity.work) {

@@ -90,6 +90,21 @@ struct SampleActivity {
 SampleActivity summarize_sample(const std::vector<TracedWork>& records,
                                 std::string_view start_kernel, std::string_view stop_kernel);
 
+// A trace read once for several samples (reading it costs the process's next device work about
+// half a millisecond: CUPTI's flush): where each sample's read would have been, the trace's clock
+// is marked instead once the sample's work has finished (a cut that keeps what came before it),
+// and where work that is no sample's was dropped from the trace (a runner making inputs), a cut
+// that drops it. Each record goes to the first cut after its start, as it would have arrived in
+// that read; what the kept cuts got comes back, one list per kept cut in order, and what started
+// after the last cut is appended to `after` (the next sample's, read with it).
+struct TraceCut {
+  uint64_t at_ns = 0; // rising from one cut to the next
+  bool keep = true;
+};
+std::vector<std::vector<TracedWork>> split_at_cuts(std::vector<TracedWork> records,
+                                                   const std::vector<TraceCut>& cuts,
+                                                   std::vector<TracedWork>& after);
+
 boost::json::object to_json(const SampleActivity& activity);
 // Reads what a runner sent: the shapes and bounds above, every number finite and not negative.
 // Throws std::invalid_argument naming the field at fault.

@@ -86,10 +86,26 @@ public:
   // Why the device work of this timer's samples is not traced; empty when it is (CUDA devices
   // with CUPTI: worker/engine/device_work.hpp).
   virtual std::string untraced_reason() const = 0;
-  // What the latest sample did on the device. Call once its work has finished (after
-  // Engine::synchronize). Throws TraceLost; std::logic_error for a timer that traces nothing.
-  virtual SampleActivity sample_activity() {
-    throw std::logic_error("sample_activity() of a timer that traces nothing");
+  // Marks the latest sample's end in the trace: call once its work has finished (after
+  // Engine::synchronize). What it did on the device is read later, with the samples marked
+  // before it: reading the trace costs the next device work about half a millisecond.
+  // std::logic_error for a timer that traces nothing.
+  virtual void end_sample() {
+    throw std::logic_error("end_sample() of a timer that traces nothing");
+  }
+  // What each sample marked since the last call did on the device, in order (one per
+  // end_sample()). Throws TraceLost; std::logic_error for a timer that traces nothing.
+  virtual std::vector<SampleActivity> take_activities() {
+    throw std::logic_error("take_activities() of a timer that traces nothing");
+  }
+  // What the latest sample did, read at once (end_sample() and take_activities() of that one
+  // sample). Throws TraceLost, also when samples marked before it were not read.
+  SampleActivity sample_activity() {
+    end_sample();
+    std::vector<SampleActivity> read = take_activities();
+    if (read.size() != 1)
+      throw TraceLost(std::to_string(read.size()) + " samples' device work read where one was");
+    return std::move(read.front());
   }
   // Where making it took its time, in milliseconds by part (kSetupParts), a diagnostic for the
   // job's account of its profiling (sampling.time_ms.setup_parts; a runner's timer reply carries

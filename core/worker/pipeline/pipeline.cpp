@@ -1288,6 +1288,9 @@ private:
     DeviceWorkInventory work{};
     int64_t samples_with_outside_work = 0;
     double outside_ms = 0;
+    // The traced samples whose device work its runner has not sent yet (it reads its trace once
+    // for several): each one's index in `samples`, none for a warm-up run.
+    std::vector<std::optional<size_t>> unread{};
     std::vector<double> walls{}; // each sample's SampleRun::wall_ms
     // The reference's samples only: the candidate's processes stopped around them
     // (pause_other_sides), the most at once, and how many times (hold_pause_for).
@@ -1305,7 +1308,9 @@ private:
     // process of user code can make it shorter than that work; the channel's round trip and the
     // copies make it longer than `ms`.
     double wall_ms = 0;
-    std::optional<SampleActivity> activity;
+    // What this and the side's earlier unread samples did on the device, where its runner sent
+    // it with this reply (Timed::unread; empty: not yet).
+    std::vector<SampleActivity> activities;
     Launched launched;
   };
 
@@ -1379,13 +1384,9 @@ private:
           t.samples.push_back(run.ms);
           t.walls.push_back(run.wall_ms);
           t.noise.add(run.ms);
-          if (run.activity) {
-            t.kernel_samples.push_back(run.activity->busy_ms);
-            t.work.add(*run.activity);
-            if (run.activity->outside_ms > 0) {
-              ++t.samples_with_outside_work;
-              t.outside_ms += run.activity->outside_ms;
-            }
+          if (t.untraced.empty()) {
+            t.unread.emplace_back(t.samples.size() - 1);
+            add_activities(t, std::move(run.activities));
           }
           (&t == ref_timed ? ref_run : custom_run) = std::move(run);
           if (&t == ref_timed && i + 1 < samples) {
@@ -1412,10 +1413,15 @@ private:
         }
         spent_.checks += ms_since(checking);
         if (settled(timed, i + 1)) {
-          stopped_by_noise = true;
-          break;
+          // Decided on every sample's time: the work a trace saw outside its window counts first.
+          read_unread(timed);
+          if (settled(timed, i + 1)) {
+            stopped_by_noise = true;
+            break;
+          }
         }
       }
+      read_unread(timed);
     } catch (const KernelFailure& failure) {
       release_pause();
       send_profile_failure(failure);
@@ -1845,10 +1851,8 @@ private:
                                 side.name + " kernel's process reported a sample of " +
                                     std::to_string(run.ms) + " ms around which keval measured " +
                                     std::to_string(wall_ms) + " ms")};
-    if (t.untraced.empty()) {
-      run.activity = read_activity(side, reply);
-      run.ms += run.activity->outside_ms;
-    }
+    if (t.untraced.empty())
+      run.activities = read_activities(side, reply, t.unread.size() + 1);
     const auto copying = Clock::now();
     if (side.returns_outputs()) {
       if (reply.contains("outputs")) // kUnchecked: mapped, not copied
@@ -1953,10 +1957,12 @@ private:
     return paused;
   }
 
-  // A traced sample's summary of its device work, as the side's runner sent it. A runner whose
-  // trace lost the sample (its markers missing: something in the process turned tracing off or
-  // fed it) or that sent nothing fails the side: its time cannot be vouched for.
-  SampleActivity read_activity(const Side& side, const json::object& reply) {
+  // The traced samples' summaries of their device work, as the side's runner sent them: none
+  // yet, or exactly `unread` (its unread samples and this one). A runner whose trace lost a
+  // sample (its markers missing: something in the process turned tracing off or fed it) fails
+  // the side: its time cannot be vouched for.
+  std::vector<SampleActivity> read_activities(const Side& side, const json::object& reply,
+                                              size_t unread) {
     const auto lost = [&](const std::string& why) {
       return KernelFailure{side.name,
                            error_json("device_trace_lost", side.name +
@@ -1967,16 +1973,79 @@ private:
     if (const json::value* why = reply.if_contains("activity_lost"))
       throw lost(why->is_string() ? std::string(why->get_string()).substr(0, 500)
                                   : "its process said so");
-    const json::value* activity = reply.if_contains("activity");
-    if (activity == nullptr || !activity->is_object())
-      throw lost("its process sent no trace although its timer traces");
+    const json::value* activities = reply.if_contains("activities");
+    if (activities == nullptr)
+      return {};
+    const auto malformed = [&](const std::string& what) {
+      return KernelFailure{side.name, error_json(kProcessFailed, side.name +
+                                                                     " kernel's process sent a "
+                                                                     "malformed trace: " +
+                                                                     what)};
+    };
+    if (!activities->is_array() || activities->as_array().size() != unread)
+      throw malformed("'activities' must list the " + std::to_string(unread) +
+                      " samples not yet sent");
+    std::vector<SampleActivity> out;
     try {
-      return sample_activity_from_json(activity->as_object());
+      for (const json::value& a : activities->as_array()) {
+        if (!a.is_object())
+          throw std::invalid_argument("activities[" + std::to_string(out.size()) +
+                                      "] must be an object");
+        out.push_back(sample_activity_from_json(a.as_object()));
+      }
     } catch (const std::invalid_argument& e) {
-      throw KernelFailure{side.name, error_json(kProcessFailed, side.name +
-                                                                    " kernel's process sent a "
-                                                                    "malformed trace: " +
-                                                                    e.what())};
+      throw malformed(e.what());
+    }
+    return out;
+  }
+
+  // Each unread sample's device work, from `activities` (none: not yet): its busy time and
+  // inventory, and the work outside its window added to its time. An empty list leaves them
+  // unread.
+  static void add_activities(Timed& t, std::vector<SampleActivity> activities) {
+    if (activities.empty())
+      return;
+    bool moved = false;
+    for (size_t k = 0; k < activities.size(); ++k) {
+      const std::optional<size_t> index = t.unread[k];
+      if (!index) // a warm-up run's
+        continue;
+      const SampleActivity& a = activities[k];
+      t.kernel_samples.push_back(a.busy_ms);
+      t.work.add(a);
+      if (a.outside_ms > 0) {
+        ++t.samples_with_outside_work;
+        t.outside_ms += a.outside_ms;
+        t.samples[*index] += a.outside_ms;
+        moved = true;
+      }
+    }
+    t.unread.clear();
+    if (moved) { // the noise of the times as they are now
+      t.noise = Noise{};
+      for (double ms : t.samples)
+        t.noise.add(ms);
+    }
+  }
+
+  // Asks each traced side's runner for the device work of its samples not yet sent.
+  void read_unread(std::vector<Timed>& timed) {
+    for (auto& t : timed) {
+      if (!t.untraced.empty() || t.unread.empty())
+        continue;
+      json::object ask;
+      ask["type"] = runner_msg::kActivity;
+      ask["binding"] = t.binding.id;
+      const json::object reply = call(*t.side, std::move(ask), "reading its device trace");
+      expect_ok(*t.side, reply, "reading its device trace");
+      std::vector<SampleActivity> activities = read_activities(*t.side, reply, t.unread.size());
+      if (activities.empty())
+        throw KernelFailure{t.side->name,
+                            error_json(kProcessFailed, t.side->name +
+                                                           " kernel's process sent no trace of "
+                                                           "its samples although its timer "
+                                                           "traces")};
+      add_activities(t, std::move(activities));
     }
   }
 
@@ -2092,7 +2161,12 @@ private:
       const InputSet inputs = make_inputs(trial++);
       refresh(t, inputs);
       spent_.inputs += ms_since(making);
-      recent.push_back(sample(t, kUnchecked).ms);
+      SampleRun run = sample(t, kUnchecked);
+      recent.push_back(run.ms);
+      if (t.untraced.empty()) {
+        t.unread.emplace_back(std::nullopt);
+        add_activities(t, std::move(run.activities));
+      }
       ++runs;
       if (recent.size() >= 5) {
         std::vector<double> last(recent.end() - 5, recent.end());

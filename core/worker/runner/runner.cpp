@@ -63,6 +63,10 @@ struct Binding {
   // capture, whose buffers every replay writes again. Held, so that they stay the graph's (not
   // memory an allocator hands out again) and each sample's outputs can be sent for checking.
   std::vector<ManagedTensor> timed_outputs;
+  // Traced samples whose device work has not been read yet, and how many are read at once
+  // (Runner::read_activities).
+  size_t unread_samples = 0;
+  size_t samples_per_read = 1;
 };
 
 class Runner {
@@ -316,6 +320,8 @@ private:
       return make_timer(binding, command);
     if (type == runner_msg::kSample)
       return sample(binding, fds);
+    if (type == runner_msg::kActivity)
+      return activity(binding);
     if (type == runner_msg::kMetrics)
       return metrics(binding, command);
     if (type == runner_msg::kHardwareTime)
@@ -731,11 +737,15 @@ private:
     lap(runner_msg::sample_account::kSynchronize);
     json::object reply;
     reply["ms"] = ms;
-    // The trace is read before keval's own copies of the outputs below (the next sample's
-    // summary knows them for what they are).
+    // The sample's end is marked in the trace before keval's own copies of the outputs below
+    // (the next sample's summary knows them for what they are); its device work is read with
+    // the samples' after it, once samples_per_read of them are unread.
     if (binding.timer->untraced_reason().empty()) {
       try {
-        reply["activity"] = to_json(binding.timer->sample_activity());
+        binding.timer->end_sample();
+        ++binding.unread_samples;
+        if (binding.unread_samples >= binding.samples_per_read)
+          reply["activities"] = read_activities(binding);
       } catch (const TraceLost& e) {
         reply["activity_lost"] = e.what();
       }
@@ -749,6 +759,47 @@ private:
     return reply;
   }
 
+  // The device work of every sample not read yet, in order. A read costs the process's next
+  // device work about half a millisecond (CUPTI's flush), so samples are read together: as many
+  // as keep a read under kRecordsPerRead records at the most a sample has had, up to
+  // kMaxSamplesPerRead; one at a time until a read has shown how many a sample makes.
+  json::array read_activities(Binding& binding) {
+    std::vector<SampleActivity> read = binding.timer->take_activities();
+    binding.unread_samples = 0;
+    int64_t most = 0;
+    json::array out;
+    for (const auto& activity : read) {
+      int64_t records = 2; // keval's markers
+      for (const auto& w : activity.work)
+        records += w.count;
+      most = std::max(most, records);
+      out.push_back(to_json(activity));
+    }
+    if (!read.empty())
+      binding.samples_per_read =
+          std::clamp<size_t>(kRecordsPerRead / static_cast<size_t>(most), 1, kMaxSamplesPerRead);
+    return out;
+  }
+
+  // {"activities": [...]}: the device work of the binding's samples not read yet ([] when none),
+  // or {"activity_lost"} when the trace lost them.
+  json::object activity(Binding& binding) {
+    if (!binding.timer)
+      throw WireError("'activity' before 'timer'");
+    if (!binding.timer->untraced_reason().empty())
+      throw CommandError{"unsupported", "this binding's samples are not traced", {}};
+    json::object reply;
+    try {
+      reply["activities"] = read_activities(binding);
+    } catch (const TraceLost& e) {
+      binding.unread_samples = 0;
+      reply["activity_lost"] = e.what();
+    }
+    return reply;
+  }
+
+  static constexpr size_t kRecordsPerRead = 1u << 17;
+  static constexpr size_t kMaxSamplesPerRead = 16;
   static constexpr size_t kMaxOutputs = 64;
   // The kinds of tensors a runner shares (share()): what kernels return, and default inputs.
   static constexpr const char* kOutputs = "outputs";

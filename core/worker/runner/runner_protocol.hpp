@@ -37,9 +37,16 @@
 //                                                          is none; host_ms: where making it
 //                                                          took its time, a diagnostic:
 //                                                          Timer::setup_ms, Timer::kSetupParts)
-//   trusted: sample          {binding}                  -> {ms, activity? | activity_lost?,
+//   trusted: sample          {binding}                  -> {ms, activities? | activity_lost?,
 //                                                          outputs[...]} + fds (returned ones;
-//                            activity: worker/engine/device_work.hpp's SampleActivity)
+//                            activities: worker/engine/device_work.hpp's SampleActivity of each
+//                            traced sample of the binding not sent yet, in order, this one last;
+//                            absent while the runner lets them gather: it reads its trace once
+//                            for several samples, as many as its last read's busiest sample
+//                            allows, up to 16)
+//   trusted: activity        {binding}                  -> {activities[...] | activity_lost}
+//                            (those not sent yet, [] when none: before the trusted worker
+//                            decides on the samples taken, and after the last)
 //   trusted: metrics         {binding, metrics[], max_kernels, expected_ms?} -> {counters} |
 //   {unavailable}
 //                            (after the timed samples: worker/engine/device_counters.hpp)
@@ -96,6 +103,7 @@ inline constexpr const char* kWarmDevice = "warm_device";
 inline constexpr const char* kDefaultInputs = "default_inputs";
 inline constexpr const char* kTimer = "timer";
 inline constexpr const char* kSample = "sample";
+inline constexpr const char* kActivity = "activity";
 inline constexpr const char* kUnbind = "unbind";
 inline constexpr const char* kMetrics = "metrics";
 inline constexpr const char* kHardwareTime = "hardware_time";

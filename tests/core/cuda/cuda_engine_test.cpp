@@ -666,6 +666,52 @@ TEST_F(CudaRunnerEngineTest, TimerSeesWorkLeftRunningOnAnotherStream) {
   d.cuStreamDestroy(own);
 }
 
+// Samples read together, as a runner reads them: each one's work is its own (work left running
+// on a private stream by the second shows outside the second only), and what the process did
+// for keval between two of them (forget_traced_work: the next inputs made) is in neither.
+TEST_F(CudaRunnerEngineTest, SamplesReadTogetherKeepTheirOwnWork) {
+  const cuda::DriverApi& d = cuda::driver();
+  CUstream own = nullptr;
+  ASSERT_EQ(d.cuStreamCreate(&own, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  auto t = engine_->allocate(DType::f32, {1024});
+  auto big = engine_->allocate(DType::f32, {1 << 26});
+  int run = 0;
+  auto timer = engine_->make_timer(
+      [&] {
+        engine_->fill(*t, TensorInit{}, 1);
+        if (run == 1) // 256 MiB of memset left running: far longer than the timed fill
+          d.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(big->dl().data), 0, 1 << 26, own);
+      },
+      false);
+  ASSERT_EQ(timer->untraced_reason(), "");
+  for (run = 0; run < 3; ++run) {
+    timer->sample();
+    engine_->synchronize();
+    timer->end_sample();
+    // keval's errand between samples (a memset: neither a copy nor a keval_ kernel, which a
+    // summary would leave out anyway)
+    d.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(t->dl().data), 0, 1024,
+                       static_cast<CUstream>(engine_->stream()));
+    engine_->forget_traced_work();
+  }
+  const std::vector<SampleActivity> read = timer->take_activities();
+  ASSERT_EQ(read.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    const std::string shown = boost::json::serialize(to_json(read[k]));
+    int64_t fills = 0, memsets = 0;
+    for (const auto& w : read[k].work)
+      (w.kind == "memset" ? memsets : fills) += w.count;
+    EXPECT_EQ(fills, 1) << "sample " << k << ": " << shown;
+    EXPECT_EQ(memsets, k == 1 ? 1 : 0) << "sample " << k << ": " << shown;
+    if (k == 1)
+      EXPECT_GT(read[k].outside_ms, 0.0) << shown;
+    else
+      EXPECT_EQ(read[k].outside_ms, 0.0) << "sample " << k << ": " << shown;
+  }
+  EXPECT_TRUE(timer->take_activities().empty()) << "read twice";
+  d.cuStreamDestroy(own);
+}
+
 // A sample read twice (or a trace something in the process switched off) has no markers.
 TEST_F(CudaRunnerEngineTest, ASampleWithoutItsMarkersIsReportedLost) {
   auto t = engine_->allocate(DType::f32, {1024});

@@ -92,6 +92,70 @@ TEST(SummarizeSample, MissingDoubledOrDisorderedMarkersLoseTheTrace) {
   EXPECT_THROW(summarize_sample(reversed, kFlush, kStop), TraceLost);
 }
 
+// One read of the trace for three samples: each record goes to the sample whose read it would
+// have arrived in (the first mark after its start), and each sample then summarises as if read
+// alone; what started after the last mark waits for the next read.
+TEST(SplitAtCuts, EachRecordGoesToTheSampleWhoseReadItWouldHaveArrivedIn) {
+  const auto sample = [](uint64_t at) {
+    return std::vector<TracedWork>{{Kind::kernel, kFlush, at, at + 100, kKevalStream},
+                                   {Kind::kernel, "relu", at + 150, at + 250, kKevalStream},
+                                   {Kind::kernel, kStop, at + 300, at + 301, kKevalStream}};
+  };
+  std::vector<TracedWork> records;
+  for (uint64_t at : {1000u, 2000u, 3000u}) {
+    const auto one = sample(at);
+    records.insert(records.end(), one.begin(), one.end());
+  }
+  // The second sample left a memset running past its stop; keval's copy of each sample's outputs
+  // comes after that sample's mark, before the next sample's flush.
+  records.push_back({Kind::memset, "memset", 2200, 2600, 3});
+  records.push_back({Kind::memcpy, "DtoD", 1500, 1510, kKevalStream});
+  records.push_back({Kind::memcpy, "DtoD", 2700, 2710, kKevalStream});
+  records.push_back({Kind::memcpy, "DtoD", 3500, 3510, kKevalStream}); // after the last mark
+  std::vector<TracedWork> after{{Kind::kernel, "left", 1, 2, 3}};      // appended to, not reset
+  const auto split = split_at_cuts(records, {{1400, true}, {2650, true}, {3400, true}}, after);
+  ASSERT_EQ(split.size(), 3u);
+  EXPECT_EQ(split[0].size(), 3u);
+  EXPECT_EQ(split[1].size(), 5u); // its markers and kernel, the memset, the first copy
+  EXPECT_EQ(split[2].size(), 4u);
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(after[1].start_ns, 3500u);
+  const SampleActivity first = summarize_sample(split[0], kFlush, kStop);
+  const SampleActivity second = summarize_sample(split[1], kFlush, kStop);
+  const SampleActivity third = summarize_sample(split[2], kFlush, kStop);
+  EXPECT_DOUBLE_EQ(first.outside_ms, 0.0);
+  EXPECT_DOUBLE_EQ(second.outside_ms, 300e-6); // 2300 to 2600 ns, past the stop marker
+  EXPECT_DOUBLE_EQ(third.outside_ms, 0.0);     // the copy before its flush is keval's own
+  EXPECT_DOUBLE_EQ(third.busy_ms, 100e-6);
+}
+
+// A mark with nothing of its sample before it (the trace lost it) is that sample's TraceLost,
+// not a sample quietly merged into its neighbour.
+TEST(SplitAtCuts, ASampleWithoutRecordsLosesItsTrace) {
+  std::vector<TracedWork> after;
+  const auto split = split_at_cuts(markers(), {{3000, true}, {4000, true}}, after);
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_NO_THROW(summarize_sample(split[0], kFlush, kStop));
+  EXPECT_THROW(summarize_sample(split[1], kFlush, kStop), TraceLost);
+}
+
+// Work dropped between two samples (a runner making the next inputs) is in neither: a cut that
+// drops takes everything since the cut before it, as reading and dropping the trace there did.
+TEST(SplitAtCuts, ADroppingCutTakesItsWorkOutOfEverySample) {
+  std::vector<TracedWork> records = markers();
+  records.push_back({Kind::kernel, "randn", 2500, 2600, kKevalStream}); // the next inputs made
+  records.push_back({Kind::kernel, kFlush, 3000, 3100, kKevalStream});
+  records.push_back({Kind::kernel, kStop, 3300, 3301, kKevalStream});
+  std::vector<TracedWork> after;
+  const auto split = split_at_cuts(records, {{2100, true}, {2700, false}, {3400, true}}, after);
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_EQ(split[0].size(), 2u);
+  ASSERT_EQ(split[1].size(), 2u);
+  const SampleActivity next = summarize_sample(split[1], kFlush, kStop);
+  EXPECT_DOUBLE_EQ(next.outside_ms, 0.0) << "the inputs' work counted against the next sample";
+  EXPECT_TRUE(after.empty());
+}
+
 TEST(SummarizeSample, NamesAreCutAndMadePrintableAndEntriesCapped) {
   std::vector<TracedWork> extra;
   extra.push_back({Kind::kernel, std::string(1000, 'k') + "\n\xff", 1100, 1200, 3});

@@ -10,6 +10,7 @@
 
 #include "worker/engine/device_work.hpp"
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,15 +35,29 @@ public:
   // The trace when start() has turned it on in this process, else null (never starts it).
   static ActivityTrace* if_started();
 
-  // Every record completed since the last call, after asking CUPTI to deliver what it holds.
-  // Call once the device work of interest has finished. Throws TraceLost when CUPTI dropped
-  // records or more arrived than one call may hold (kMaxRecords).
+  // Every record completed since the last call, after asking CUPTI to deliver what it holds;
+  // the cuts not yet read are forgotten. Call once the device work of interest has finished.
+  // Throws TraceLost when CUPTI dropped records or more arrived than one call may hold
+  // (kMaxRecords).
   std::vector<TracedWork> take();
+
+  // Cuts the trace here (device_work.hpp's TraceCut, on the trace's clock): `keep`, a sample's
+  // end, whose records take_samples() returns; else what came since the cut before is dropped.
+  // Call once the device work before it has finished. Throws TraceLost when CUPTI cannot read
+  // its clock.
+  void cut(bool keep);
+  // How many kept cuts take_samples() has not read yet.
+  size_t samples_cut() const;
+  // Each kept cut's records since the cut before it, in order; what started after the last cut
+  // is kept for the next read. Throws TraceLost as take() does.
+  std::vector<std::vector<TracedWork>> take_samples();
 
   static constexpr size_t kMaxRecords = 1u << 20;
 
 private:
   ActivityTrace() = default;
+  std::vector<TraceCut> cuts_;
+  std::vector<TracedWork> after_; // read, but after the last cut
 };
 
 } // namespace keval::worker::detail

@@ -18,8 +18,8 @@ namespace keval::worker::detail {
 // propagate from sample(). sample() throws KernelFault for any device error. The timer must not
 // outlive `session`. With `capture` false it never captures: events from the start.
 //
-// Each sample's device work is traced (ActivityTrace; sample_activity()) unless `trace` is false
-// or CUPTI is unavailable, which untraced_reason() then says.
+// Each sample's device work is traced (ActivityTrace; end_sample(), take_activities()) unless
+// `trace` is false or CUPTI is unavailable, which untraced_reason() then says.
 std::unique_ptr<Timer> make_cuda_timer(DeviceSession& session, std::function<void()> launch,
                                        bool capture = true, bool trace = true);
 
