@@ -761,7 +761,7 @@ private:
 
   // The device work of every sample not read yet, in order. A read costs the process's next
   // device work about half a millisecond (CUPTI's flush), so samples are read together: as many
-  // as keep a read under kRecordsPerRead records at the most a sample has had, up to
+  // as keep a read under kRecordsPerRead records at the busiest sample of the last read, up to
   // kMaxSamplesPerRead; one at a time until a read has shown how many a sample makes.
   json::array read_activities(Binding& binding) {
     std::vector<SampleActivity> read = binding.timer->take_activities();
