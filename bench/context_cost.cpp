@@ -257,12 +257,8 @@ Samples timed_samples(size_t bytes, int disturbers, double seconds) {
     }
     return out;
   });
-  Samples samples;
-  for (size_t i = 0; i + 1 < all.size(); i += 2) {
-    samples.event_ms.push_back(all[i]);
-    samples.launch_ms.push_back(all[i + 1]);
-  }
-  return samples;
+  auto pairs = columns(all, 2);
+  return {std::move(pairs[0]), std::move(pairs[1])};
 }
 
 } // namespace

@@ -126,6 +126,16 @@ inline pid_t hold_driver() {
   return pid;
 }
 
+// A victim's measurements sent as consecutive groups of `width` (one group per round), as
+// `width` columns of one measurement each.
+inline std::vector<std::vector<double>> columns(const std::vector<double>& all, size_t width) {
+  std::vector<std::vector<double>> out(width);
+  for (size_t i = 0; i + width <= all.size(); i += width)
+    for (size_t k = 0; k < width; ++k)
+      out[k].push_back(all[i + k]);
+  return out;
+}
+
 // Runs `victim` (returning its measurements) in a fresh child process, beside `disturbers`
 // children that run `disturb` (which never returns) until the victim has ended, and returns the
 // victim's measurements. In children because the driver must not be initialised in the bench's

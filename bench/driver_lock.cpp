@@ -81,14 +81,8 @@ Calls measure(int disturbers, bool contexts, double seconds) {
         }
         return out;
       });
-  Calls calls;
-  for (size_t i = 0; i + 3 < all.size(); i += 4) {
-    calls.alloc.push_back(all[i]);
-    calls.memset.push_back(all[i + 1]);
-    calls.copy.push_back(all[i + 2]);
-    calls.event.push_back(all[i + 3]);
-  }
-  return calls;
+  auto four = columns(all, 4);
+  return {std::move(four[0]), std::move(four[1]), std::move(four[2]), std::move(four[3])};
 }
 
 } // namespace

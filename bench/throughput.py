@@ -380,9 +380,8 @@ def held_by_warmth(workers):
         if "granted" in timeline and end is not None:
             groups.setdefault(warmed_runners(worker), []).append(end - timeline["granted"])
     names = {2: "both", 1: "one", 0: "none", None: "fresh worker"}
-    return "  ".join(f"{names[k]} {statistics.mean(v):.0f} (n={len(v)})"
-                     for k, v in sorted(groups.items(), key=lambda kv: -1 if kv[0] is None
-                                        else kv[0], reverse=True))
+    return "  ".join(f"{name} {statistics.mean(groups[k]):.0f} (n={len(groups[k])})"
+                     for k, name in names.items() if k in groups)
 
 
 def run_burst(client, request, n, label, responses=None, gap=0):
