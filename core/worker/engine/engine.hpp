@@ -98,15 +98,6 @@ public:
   virtual std::vector<SampleActivity> take_activities() {
     throw std::logic_error("take_activities() of a timer that traces nothing");
   }
-  // What the latest sample did, read at once (end_sample() and take_activities() of that one
-  // sample). Throws TraceLost, also when samples marked before it were not read.
-  SampleActivity sample_activity() {
-    end_sample();
-    std::vector<SampleActivity> read = take_activities();
-    if (read.size() != 1)
-      throw TraceLost(std::to_string(read.size()) + " samples' device work read where one was");
-    return std::move(read.front());
-  }
   // Where making it took its time, in milliseconds by part (kSetupParts), a diagnostic for the
   // job's account of its profiling (sampling.time_ms.setup_parts; a runner's timer reply carries
   // it as host_ms).

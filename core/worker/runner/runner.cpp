@@ -699,6 +699,10 @@ private:
     if (trace != nullptr && !trace->is_bool())
       throw WireError("'trace' must be a boolean");
     binding.timer.reset();
+    // A new timer starts its own trace (make_timer reads and drops everything before it): samples
+    // of the old one that were never read are gone, and the next read must not count them.
+    binding.unread_samples = 0;
+    binding.samples_per_read = 1;
     // For graph replay the launch runs once, at capture; for events, once per sample.
     binding.timer = engine_->make_timer(
         [this, &binding] {
@@ -747,6 +751,7 @@ private:
         if (binding.unread_samples >= binding.samples_per_read)
           reply["activities"] = read_activities(binding);
       } catch (const TraceLost& e) {
+        binding.unread_samples = 0;
         reply["activity_lost"] = e.what();
       }
       lap(runner_msg::sample_account::kTrace);

@@ -40,8 +40,9 @@ TEST_F(GpuContention, AHelperProcessKeepingTheGpuBusyDoesNotSlowTheReference) {
     TempDir tmp;
     const auto run = run_hog(tmp.path() / "a", args);
     ASSERT_FALSE(run.body.empty()) << describe(run);
-    if (!args.empty()) // unsandboxed, the helper must have worked: else this proves nothing
+    if (!args.empty()) { // unsandboxed, the helper must have worked: else this proves nothing
       EXPECT_TRUE(correctness(run.body)) << describe(run);
+    }
     // Either the candidate fails (its helper could not start) or its speedup is honest.
     if (correctness(run.body)) {
       const std::optional<double> s = speedup(run.body);
