@@ -52,13 +52,25 @@ struct Collected {
   std::vector<TracedWork> records;
   size_t dropped = 0;
   bool overflowed = false;
+  // A buffer handed over with a record that was not complete (or not valid), or a part-filled
+  // buffer handed over while keval was not flushing: a flush that something else in the process
+  // forced. Forced while device work still runs, a flush loses that work's records without a
+  // word (CUPTI counts them in no dropped total), so the samples it covers cannot be vouched for.
+  // CUPTI hands over part-filled buffers on its own only when asked to (a flush, or a flush
+  // period, which keval never sets).
+  bool foreign_flush = false;
   std::unordered_map<std::string, std::string> demangled; // raw name -> demangled
 };
 
 CuptiApi g_api;
 Collected g_collected;
+// Set while take() flushes: the buffers handed over meanwhile are keval's to ask for.
+std::atomic<bool> g_flushing{false};
 
 constexpr size_t kBufferBytes = 4u << 20;
+// A buffer CUPTI handed over because it was full has less room left than its largest record
+// takes (a kernel's, under a kilobyte); one with more room left was flushed out.
+constexpr size_t kFullBufferSlack = 4096;
 
 // Buffers CUPTI filled and buffer_completed read, kept for its next request. take() forces a
 // flush after every sample, which hands back the buffer in use, so each sample's first device
@@ -128,12 +140,13 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *max_records = 0;
 }
 
-void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t,
+void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t size,
                                size_t valid) {
   Collected& c = g_collected;
   std::lock_guard lock(c.mutex);
   CUpti_Activity* record = nullptr;
-  while (g_api.cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+  CUptiResult next = CUPTI_SUCCESS;
+  while ((next = g_api.cuptiActivityGetNextRecord(buffer, valid, &record)) == CUPTI_SUCCESS) {
     switch (record->kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
@@ -164,6 +177,10 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
       break;
     }
   }
+  if (valid > 0 && next != CUPTI_ERROR_MAX_LIMIT_REACHED) // not the end of the buffer's records
+    c.foreign_flush = true;
+  if (!g_flushing.load() && valid + kFullBufferSlack < size)
+    c.foreign_flush = true;
   size_t dropped = 0;
   if (g_api.cuptiActivityGetNumDroppedRecords(context, stream, &dropped) == CUPTI_SUCCESS)
     c.dropped += dropped;
@@ -280,19 +297,26 @@ std::vector<TracedWork> ActivityTrace::take() {
   cuts_.clear();
   after_.clear();
 #if KEVAL_HAVE_CUPTI
+  g_flushing.store(true);
   g_api.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  g_flushing.store(false);
   Collected& c = g_collected;
   std::lock_guard lock(c.mutex);
   std::vector<TracedWork> out;
   out.swap(c.records);
   const size_t dropped = std::exchange(c.dropped, 0);
   const bool overflowed = std::exchange(c.overflowed, false);
+  const bool foreign_flush = std::exchange(c.foreign_flush, false);
   if (dropped > 0)
     throw TraceLost("CUPTI dropped " + std::to_string(dropped) +
                     " device activity records in the process that ran the kernel");
   if (overflowed)
     throw TraceLost("more than " + std::to_string(kMaxRecords) +
                     " device operations in one sample: too many to trace");
+  if (foreign_flush)
+    throw TraceLost("something in the process that ran the kernel forced CUPTI's activity "
+                    "buffers out (a flush keval did not ask for), which loses the records of "
+                    "device work still running");
   return out;
 #else
   return {};  // start() never succeeds without CUPTI

@@ -3,8 +3,11 @@
 // __device__ launch counter, a different graph recorded while the stream is capturing) fails the
 // sample it cheats in; work on a stream of its own is flagged (`static`) and `strict` fails it.
 // Honest controls (a float4 CUDA add, a fused load_inline GELU, a Triton ModelNew) pass with no
-// flag, and ModelNew = Model times both sides with the same method. Skipped, with the reason,
-// without a usable CUDA device (the Python ones also without torch or Triton).
+// flag, and ModelNew = Model times both sides with the same method. A candidate that reaches into
+// its runner's CUPTI to hide such work either loses its samples' trace (and fails), is still seen,
+// or, hidden from the trace, still pays for the work in the wall time the trusted worker measures.
+// Skipped, with the reason, without a usable CUDA device (the Python ones also without torch or
+// Triton).
 #include "adversarial_support.hpp"
 #include "support/cuda_device.hpp"
 
@@ -115,6 +118,136 @@ TEST_F(GpuGamedTiming, WorkLeftRunningOnAPrivateStreamIsTimedFlaggedAndStrictFai
   EXPECT_LT(flagged.body.at("speedup").to_number<double>(), 1.0) << describe(flagged);
   expect_strict_fails(relu_compare(source("private_stream_heavy.py"), ""), "work_after_completion",
                       tmp.path() / "b");
+}
+
+// A candidate that reaches into its runner's CUPTI (cupti_tamper.py) to hide work left running
+// past the stop event: whatever it does to the trace, the verdict is not fooled.
+class GpuTamperedTrace : public GpuGamedTiming {
+protected:
+  CliRun run_mode(const std::string& mode, const fs::path& state_dir, int64_t trials = 5) {
+    return run_cli(compare_request(kernel("torch", source("reference_relu.py")),
+                                   kernel("torch", source("cupti_tamper.py", {{"MODE", mode}})),
+                                   unique_id(mode), trials),
+                   state_dir);
+  }
+  // What a failure needs to show of a result: its verdict and timing, without the sandbox's
+  // report that fills describe()'s window.
+  static std::string timing_shown(const CliRun& run) {
+    if (run.body.empty())
+      return describe(run);
+    const json::object& exec = exec_result(run.body);
+    json::object view{
+        {"exit_code", run.exit_code},
+        {"correctness",
+         exec.if_contains("correctness") != nullptr ? exec.at("correctness") : json::value()},
+        {"validation_error", validation_error(run.body)},
+        {"speedup",
+         run.body.if_contains("speedup") != nullptr ? run.body.at("speedup") : json::value()},
+        {"flags", flags_of(run.body)}};
+    if (const json::value* stats = exec.if_contains("runtime_stats"))
+      view["custom_runtime"] = *stats;
+    if (const json::value* ref = run.body.if_contains("ref_runtime"))
+      view["ref_runtime"] = *ref;
+    const json::value* metadata = exec.if_contains("metadata");
+    if (const json::value* profiling = metadata != nullptr && metadata->is_object()
+                                           ? metadata->as_object().if_contains("profiling")
+                                           : nullptr;
+        profiling != nullptr && profiling->is_object())
+      for (const char* key : {"speedup_floor", "sampling", "device_work"})
+        if (const json::value* v = profiling->as_object().if_contains(key))
+          view[key] = *v;
+    return shown(json::value(std::move(view)), 12000);
+  }
+  // The trace either lost the samples (the side fails: its time cannot be vouched for) or still
+  // saw the work and added it to the samples (flagged, no speedup).
+  static void expect_caught_by_the_trace(const CliRun& run) {
+    if (!correctness(run.body)) {
+      EXPECT_NE(validation_error(run.body).find("device trace did not cover"), std::string::npos)
+          << timing_shown(run);
+      EXPECT_FALSE(speedup(run.body).has_value()) << timing_shown(run);
+      return;
+    }
+    ASSERT_NE(flag_named(run.body, "work_after_completion"), nullptr) << timing_shown(run);
+    ASSERT_TRUE(speedup(run.body).has_value()) << timing_shown(run);
+    EXPECT_LT(*speedup(run.body), 1.0) << timing_shown(run);
+  }
+  // The candidate's median wall time per sample, as the trusted worker measured it.
+  static std::optional<double> custom_wall_median(const json::object& body) {
+    const json::value* profiling =
+        exec_result(body).at("metadata").as_object().if_contains("profiling");
+    if (profiling == nullptr || !profiling->is_object())
+      return std::nullopt;
+    const json::value* sampling = profiling->as_object().if_contains("sampling");
+    const json::value* walls = sampling != nullptr && sampling->is_object()
+                                   ? sampling->as_object().if_contains("wall_ms")
+                                   : nullptr;
+    const json::value* custom =
+        walls != nullptr && walls->is_object() ? walls->as_object().if_contains("custom") : nullptr;
+    return custom != nullptr && custom->is_object() ? number_at(custom->as_object(), "median")
+                                                    : std::nullopt;
+  }
+};
+
+TEST_F(GpuTamperedTrace, TracingTurnedOffLosesTheSamplesAndFailsTheCandidate) {
+  require("torch");
+  if (IsSkipped())
+    return;
+  TempDir tmp;
+  const auto run = run_mode("off", tmp.path() / "state");
+  EXPECT_EQ(run.exit_code, 1) << timing_shown(run);
+  EXPECT_FALSE(correctness(run.body)) << timing_shown(run);
+  EXPECT_NE(validation_error(run.body).find("device trace did not cover"), std::string::npos)
+      << timing_shown(run);
+  EXPECT_FALSE(speedup(run.body).has_value()) << timing_shown(run);
+}
+
+// A flush forced while its work still runs loses that work's records, and CUPTI says nothing of
+// it; a flush forced once the work is done loses nothing, but keval cannot tell the two apart.
+// Either way the trace cannot vouch for the samples it covers, and says so.
+TEST_F(GpuTamperedTrace, FlushesOfItsOwnLoseTheSamplesAndFailTheCandidate) {
+  require("torch");
+  if (IsSkipped())
+    return;
+  for (const std::string mode : {"flush", "early"}) {
+    SCOPED_TRACE(mode);
+    TempDir tmp;
+    const auto run = run_mode(mode, tmp.path() / "state");
+    EXPECT_EQ(run.exit_code, 1) << timing_shown(run);
+    EXPECT_FALSE(correctness(run.body)) << timing_shown(run);
+    EXPECT_NE(validation_error(run.body).find("a flush keval did not ask for"), std::string::npos)
+        << timing_shown(run);
+    EXPECT_FALSE(speedup(run.body).has_value()) << timing_shown(run);
+  }
+}
+
+TEST_F(GpuTamperedTrace, BufferCallbacksOfItsOwnDoNotHideTheWork) {
+  require("torch");
+  if (IsSkipped())
+    return;
+  TempDir tmp;
+  expect_caught_by_the_trace(run_mode("steal", tmp.path() / "state"));
+}
+
+// Tracing turned off around its own launch only leaves keval's markers in the trace, so the trace
+// cannot see the work, and the runner's reported time is short. The trusted worker's wall time
+// still holds the work (the runner waits for its whole context before it replies): no shorter
+// than the same work's done honestly on the caller's stream, so the speedup floor built on it is
+// no higher.
+TEST_F(GpuTamperedTrace, TracingTurnedOffAroundItsLaunchStillCostsItsWallTime) {
+  require("torch");
+  if (IsSkipped())
+    return;
+  TempDir tmp;
+  constexpr int64_t kTrials = 20;
+  const auto blind = run_mode("blind", tmp.path() / "a", kTrials);
+  const auto joined = run_mode("joined", tmp.path() / "b", kTrials);
+  ASSERT_TRUE(correctness(joined.body)) << timing_shown(joined);
+  EXPECT_EQ(flag_named(joined.body, "work_after_completion"), nullptr) << timing_shown(joined);
+  ASSERT_TRUE(correctness(blind.body)) << timing_shown(blind);
+  const std::optional<double> blind_wall = custom_wall_median(blind.body);
+  const std::optional<double> joined_wall = custom_wall_median(joined.body);
+  ASSERT_TRUE(blind_wall && joined_wall) << timing_shown(blind) << timing_shown(joined);
+  EXPECT_GE(*blind_wall, 0.8 * *joined_wall) << timing_shown(blind) << timing_shown(joined);
 }
 
 TEST_F(GpuGamedTiming, AKernelOfItsOwnThatNeverRunsIsFlaggedLibraryOnly) {

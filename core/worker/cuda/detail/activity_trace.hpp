@@ -37,8 +37,9 @@ public:
 
   // Every record completed since the last call, after asking CUPTI to deliver what it holds;
   // the cuts not yet read are forgotten. Call once the device work of interest has finished.
-  // Throws TraceLost when CUPTI dropped records or more arrived than one call may hold
-  // (kMaxRecords).
+  // Throws TraceLost when CUPTI dropped records, something else in the process flushed its
+  // buffers (which loses the records of work still running), or more arrived than one call may
+  // hold (kMaxRecords).
   std::vector<TracedWork> take();
 
   // Cuts the trace here (device_work.hpp's TraceCut, on the trace's clock): `keep`, a sample's
