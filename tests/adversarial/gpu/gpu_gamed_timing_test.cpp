@@ -130,32 +130,31 @@ protected:
                                    unique_id(mode), trials),
                    state_dir);
   }
+  // A copy of the value at a JSON Pointer into a result's body; null where there is none.
+  static json::value at(const json::object& body, std::string_view pointer) {
+    const json::value whole(body);
+    boost::system::error_code ec;
+    const json::value* found = whole.find_pointer(pointer, ec);
+    return found != nullptr ? *found : json::value();
+  }
   // What a failure needs to show of a result: its verdict and timing, without the sandbox's
   // report that fills describe()'s window.
   static std::string timing_shown(const CliRun& run) {
     if (run.body.empty())
       return describe(run);
-    const json::object& exec = exec_result(run.body);
-    json::object view{
-        {"exit_code", run.exit_code},
-        {"correctness",
-         exec.if_contains("correctness") != nullptr ? exec.at("correctness") : json::value()},
-        {"validation_error", validation_error(run.body)},
-        {"speedup",
-         run.body.if_contains("speedup") != nullptr ? run.body.at("speedup") : json::value()},
-        {"flags", flags_of(run.body)}};
-    if (const json::value* stats = exec.if_contains("runtime_stats"))
-      view["custom_runtime"] = *stats;
-    if (const json::value* ref = run.body.if_contains("ref_runtime"))
-      view["ref_runtime"] = *ref;
-    const json::value* metadata = exec.if_contains("metadata");
-    if (const json::value* profiling = metadata != nullptr && metadata->is_object()
-                                           ? metadata->as_object().if_contains("profiling")
-                                           : nullptr;
-        profiling != nullptr && profiling->is_object())
-      for (const char* key : {"speedup_floor", "sampling", "device_work"})
-        if (const json::value* v = profiling->as_object().if_contains(key))
-          view[key] = *v;
+    json::object view{{"exit_code", run.exit_code},
+                      {"validation_error", validation_error(run.body)},
+                      {"flags", flags_of(run.body)}};
+    for (const auto& [key, pointer] : {
+             std::pair{"correctness", "/kernel_exec_result/correctness"},
+             {"speedup", "/speedup"},
+             {"ref_runtime", "/ref_runtime"},
+             {"custom_runtime", "/kernel_exec_result/runtime_stats"},
+             {"speedup_floor", "/kernel_exec_result/metadata/profiling/speedup_floor"},
+             {"sampling", "/kernel_exec_result/metadata/profiling/sampling"},
+             {"device_work", "/kernel_exec_result/metadata/profiling/device_work"},
+         })
+      view[key] = at(run.body, pointer);
     return shown(json::value(std::move(view)), 12000);
   }
   // The trace either lost the samples (the side fails: its time cannot be vouched for) or still
@@ -173,18 +172,9 @@ protected:
   }
   // The candidate's median wall time per sample, as the trusted worker measured it.
   static std::optional<double> custom_wall_median(const json::object& body) {
-    const json::value* profiling =
-        exec_result(body).at("metadata").as_object().if_contains("profiling");
-    if (profiling == nullptr || !profiling->is_object())
-      return std::nullopt;
-    const json::value* sampling = profiling->as_object().if_contains("sampling");
-    const json::value* walls = sampling != nullptr && sampling->is_object()
-                                   ? sampling->as_object().if_contains("wall_ms")
-                                   : nullptr;
-    const json::value* custom =
-        walls != nullptr && walls->is_object() ? walls->as_object().if_contains("custom") : nullptr;
-    return custom != nullptr && custom->is_object() ? number_at(custom->as_object(), "median")
-                                                    : std::nullopt;
+    const json::value median =
+        at(body, "/kernel_exec_result/metadata/profiling/sampling/wall_ms/custom/median");
+    return median.is_number() ? std::optional(median.to_number<double>()) : std::nullopt;
   }
 };
 
