@@ -676,6 +676,28 @@ TEST_F(CudaRunnerEngineTest, TimerSeesWorkLeftRunningOnAnotherStream) {
   d.cuStreamDestroy(own);
 }
 
+// A sample whose records fill more than one of CUPTI's activity buffers: CUPTI hands the full ones
+// over on its own, outside keval's flush, and that is not mistaken for a flush of someone else's
+// (which loses the trace: ActivityTrace::take). 24 000 kernel records take about 5 MiB.
+TEST_F(CudaRunnerEngineTest, ASampleOfMoreRecordsThanABufferHoldsIsReadWhole) {
+  constexpr int kLaunches = 24000;
+  auto t = engine_->allocate(DType::f32, {1});
+  auto timer = engine_->make_timer(
+      [&] {
+        for (int i = 0; i < kLaunches; ++i)
+          engine_->fill(*t, TensorInit{}, static_cast<uint64_t>(i));
+      },
+      false);
+  ASSERT_EQ(timer->untraced_reason(), "");
+  timer->sample();
+  engine_->synchronize();
+  const SampleActivity activity = read_latest_sample(*timer);
+  ASSERT_EQ(activity.work.size(), 1u) << boost::json::serialize(to_json(activity));
+  EXPECT_EQ(activity.work[0].name, "keval_fill");
+  EXPECT_EQ(activity.work[0].count, kLaunches);
+  EXPECT_EQ(activity.outside_ms, 0.0);
+}
+
 // Samples read together, as a runner reads them: each one's work is its own (work left running
 // on a private stream by the second shows outside the second only), and what the process did
 // for keval between two of them (forget_traced_work: the next inputs made) is in neither.
