@@ -30,6 +30,7 @@
 #include "worker/pipeline/pipeline.hpp"
 #include "worker/pipeline/plugin_loader.hpp"
 #include "worker/program/step_process.hpp"
+#include "worker/runner/crash_report.hpp"
 #include "worker/runner/device_warm_up.hpp"
 #include "worker/runner/runner.hpp"
 #include "worker/runner/runner_client.hpp"
@@ -517,6 +518,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     const int fd = std::stoi(argv[first + 1]);
+    keval::worker::install_crash_report(runner ? "keval runner" : "keval trusted worker");
     if (runner)
       return keval::worker::run_runner(fd, prewarm_paths, sandbox);
     keval::worker::isolation::end_descendants_on_sigterm(); // before any thread starts

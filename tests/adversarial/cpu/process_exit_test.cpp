@@ -1,10 +1,25 @@
 // Ending the process is no way to pass: os._exit(0) inside forward or while the source loads,
 // SystemExit(0) and sys.exit(0) each end the job with the kernel failed (the CLI's exit code 1),
-// never with a success, and the daemon goes on serving.
+// never with a success, and the daemon goes on serving. A runner that crashes is the kernel's
+// failure too, and leaves a note of how it died in the result.
 #include "adversarial_support.hpp"
 
 namespace keval::test::adversarial {
 namespace {
+
+using ::testing::HasSubstr;
+
+// The trusted worker's standard error as the result carries it, its runners' with it.
+std::string worker_stderr(const json::object& body) {
+  const json::value* metadata = exec_result(body).if_contains("metadata");
+  const json::value* worker = metadata != nullptr && metadata->is_object()
+                                  ? metadata->as_object().if_contains("worker")
+                                  : nullptr;
+  const json::value* err = worker != nullptr && worker->is_object()
+                               ? worker->as_object().if_contains("stderr")
+                               : nullptr;
+  return err != nullptr && err->is_string() ? std::string(err->get_string()) : std::string();
+}
 
 class ProcessExit : public TorchAttack, public ::testing::WithParamInterface<const char*> {};
 
@@ -40,6 +55,30 @@ TEST_F(RunnerDeath, IsSeenWhileALeftoverProcessHoldsItsChannel) {
   expect_cli_kernel_failure(run, "the kernel crashed");
   EXPECT_NE(validation_error(run.body).find("killed by SIGSEGV"), std::string::npos)
       << describe(run);
+  // The runner's note on its way out: a signal sent, and by whom (the runner itself).
+  const std::string note = worker_stderr(run.body);
+  EXPECT_THAT(note, HasSubstr("keval runner (pid ")) << note;
+  EXPECT_THAT(note, HasSubstr("SIGSEGV sent by pid ")) << note;
+}
+
+// A real fault: the job fails the same way, and the runner's note says where it faulted and from
+// which stack, so that a crash seen once can be read afterwards.
+TEST_F(RunnerDeath, AFaultLeavesANoteOfItsAddressAndStack) {
+  TempDir tmp;
+  const auto run =
+      run_cli(relu_compare(source("bad_address_read.py"), unique_id("fault")), tmp.path() / "state");
+  ASSERT_FALSE(run.body.empty()) << describe(run);
+  expect_cli_kernel_failure(run, "the kernel crashed");
+  EXPECT_NE(validation_error(run.body).find("killed by SIGSEGV"), std::string::npos)
+      << describe(run);
+  const std::string note = worker_stderr(run.body);
+  EXPECT_THAT(note, HasSubstr("keval runner (pid ")) << note;
+  EXPECT_THAT(note, HasSubstr("SIGSEGV at address 0x8; its stack:\n")) << note;
+  // The frames, one a line: at least the handler's own and the interpreter's under it.
+  const size_t stack = note.find("its stack:\n");
+  ASSERT_NE(stack, std::string::npos) << note;
+  EXPECT_GE(std::count(note.begin() + static_cast<std::ptrdiff_t>(stack), note.end(), '\n'), 3)
+      << note;
 }
 
 using ProcessExitUnderTheDaemon = TorchAttack;
