@@ -21,6 +21,18 @@ std::string worker_stderr(const json::object& body) {
   return err != nullptr && err->is_string() ? std::string(err->get_string()) : std::string();
 }
 
+// A job whose runner died of SIGSEGV: the kernel's failure, reported as such, with the runner's
+// note on its way out in the worker's stderr. Returns that stderr.
+std::string expect_runner_crashed(const CliRun& run) {
+  EXPECT_FALSE(run.body.empty()) << describe(run);
+  expect_cli_kernel_failure(run, "the kernel crashed");
+  EXPECT_NE(validation_error(run.body).find("killed by SIGSEGV"), std::string::npos)
+      << describe(run);
+  std::string note = worker_stderr(run.body);
+  EXPECT_THAT(note, HasSubstr("keval runner (pid ")) << note;
+  return note;
+}
+
 class ProcessExit : public TorchAttack, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(ProcessExit, IsAKernelFailure) {
@@ -51,13 +63,8 @@ TEST_F(RunnerDeath, IsSeenWhileALeftoverProcessHoldsItsChannel) {
   TempDir tmp;
   const auto run = run_cli(relu_compare(source("crash_with_channel_held.py"), unique_id("crash")),
                            tmp.path() / "state");
-  ASSERT_FALSE(run.body.empty()) << describe(run);
-  expect_cli_kernel_failure(run, "the kernel crashed");
-  EXPECT_NE(validation_error(run.body).find("killed by SIGSEGV"), std::string::npos)
-      << describe(run);
   // The runner's note on its way out: a signal sent, and by whom (the runner itself).
-  const std::string note = worker_stderr(run.body);
-  EXPECT_THAT(note, HasSubstr("keval runner (pid ")) << note;
+  const std::string note = expect_runner_crashed(run);
   EXPECT_THAT(note, HasSubstr("SIGSEGV sent by pid ")) << note;
 }
 
@@ -65,14 +72,9 @@ TEST_F(RunnerDeath, IsSeenWhileALeftoverProcessHoldsItsChannel) {
 // which stack, so that a crash seen once can be read afterwards.
 TEST_F(RunnerDeath, AFaultLeavesANoteOfItsAddressAndStack) {
   TempDir tmp;
-  const auto run =
-      run_cli(relu_compare(source("bad_address_read.py"), unique_id("fault")), tmp.path() / "state");
-  ASSERT_FALSE(run.body.empty()) << describe(run);
-  expect_cli_kernel_failure(run, "the kernel crashed");
-  EXPECT_NE(validation_error(run.body).find("killed by SIGSEGV"), std::string::npos)
-      << describe(run);
-  const std::string note = worker_stderr(run.body);
-  EXPECT_THAT(note, HasSubstr("keval runner (pid ")) << note;
+  const auto run = run_cli(relu_compare(source("bad_address_read.py"), unique_id("fault")),
+                           tmp.path() / "state");
+  const std::string note = expect_runner_crashed(run);
   EXPECT_THAT(note, HasSubstr("SIGSEGV at address 0x8; its stack:\n")) << note;
   // The frames, one a line: at least the handler's own and the interpreter's under it.
   const size_t stack = note.find("its stack:\n");
