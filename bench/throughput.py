@@ -162,7 +162,25 @@ def flat_time_ms(metadata):
     return flat
 
 
+def machine_state():
+    """One line on how busy this machine is before a daemon starts: its load average and the
+    keval processes already running (left from an earlier run, or another user's). The same bench
+    ran 30 to 45 % slower in every phase right after a test suite than first thing in a call, so
+    rows from separate runs are read against this line."""
+    keval_processes = 0
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            name = comm.read_text().strip()
+        except OSError:  # gone meanwhile
+            continue
+        keval_processes += name in ("keval", "keval-worker")
+    one, five, fifteen = os.getloadavg()
+    return (f"load average {one:.1f} / {five:.1f} / {fifteen:.1f} (1, 5, 15 min) on "
+            f"{os.cpu_count()} CPUs, {keval_processes} keval processes already running")
+
+
 def run_keval(args, jobs, label="keval"):
+    print(f"   machine before the daemon: {machine_state()}")
     client = local_daemon(args, "kv-tp-")
     try:
         # One unmeasured job per prewarm set teaches the daemon its sets (as traffic would).
