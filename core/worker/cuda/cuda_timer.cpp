@@ -131,6 +131,8 @@ public:
     trace_->cut(true);
   }
 
+  size_t unread_samples() const override { return trace_ == nullptr ? 0 : trace_->samples_cut(); }
+
   std::vector<SampleActivity> take_activities() override {
     if (trace_ == nullptr)
       return Timer::take_activities();

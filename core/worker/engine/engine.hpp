@@ -98,6 +98,9 @@ public:
   virtual std::vector<SampleActivity> take_activities() {
     throw std::logic_error("take_activities() of a timer that traces nothing");
   }
+  // How many samples end_sample() marked that take_activities() has not returned yet: none once
+  // a read, or a new timer, emptied the trace (also where the read lost them).
+  virtual size_t unread_samples() const { return 0; }
   // Where making it took its time, in milliseconds by part (kSetupParts), a diagnostic for the
   // job's account of its profiling (sampling.time_ms.setup_parts; a runner's timer reply carries
   // it as host_ms).

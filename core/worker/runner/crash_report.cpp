@@ -40,29 +40,15 @@ void put_number(uintmax_t value, unsigned base) {
   put(&digits[at]);
 }
 
-const char* signal_name(int signal) {
-  switch (signal) {
-  case SIGSEGV:
-    return "SIGSEGV";
-  case SIGBUS:
-    return "SIGBUS";
-  case SIGILL:
-    return "SIGILL";
-  case SIGFPE:
-    return "SIGFPE";
-  case SIGABRT:
-    return "SIGABRT";
-  default:
-    return "a signal";
-  }
-}
-
 void on_fatal_signal(int signal, siginfo_t* info, void*) {
   put(g_who);
   put(" (pid ");
   put_number(static_cast<uintmax_t>(::getpid()), 10);
-  put("): ");
-  put(signal_name(signal));
+  put("): SIG");
+  // glibc's table of names (as describe_wait_status names the signal a process died of): a
+  // pointer into static data, nothing allocated.
+  const char* name = sigabbrev_np(signal);
+  put(name != nullptr ? name : "?");
   // si_code above 0 is the kernel's (a fault); at or below it, a process sent the signal.
   if (info != nullptr && info->si_code > 0 && signal != SIGABRT) {
     put(" at address ");

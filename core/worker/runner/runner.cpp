@@ -63,9 +63,7 @@ struct Binding {
   // capture, whose buffers every replay writes again. Held, so that they stay the graph's (not
   // memory an allocator hands out again) and each sample's outputs can be sent for checking.
   std::vector<ManagedTensor> timed_outputs;
-  // Traced samples whose device work has not been read yet, and how many are read at once
-  // (Runner::read_activities).
-  size_t unread_samples = 0;
+  // How many traced samples are read at once (Runner::read_activities).
   size_t samples_per_read = 1;
 };
 
@@ -699,9 +697,7 @@ private:
     if (trace != nullptr && !trace->is_bool())
       throw WireError("'trace' must be a boolean");
     binding.timer.reset();
-    // A new timer starts its own trace (make_timer reads and drops everything before it): samples
-    // of the old one that were never read are gone, and the next read must not count them.
-    binding.unread_samples = 0;
+    // One at a time again until a read of the new timer's samples shows how many a sample makes.
     binding.samples_per_read = 1;
     // For graph replay the launch runs once, at capture; for events, once per sample.
     binding.timer = engine_->make_timer(
@@ -747,11 +743,9 @@ private:
     if (binding.timer->untraced_reason().empty()) {
       try {
         binding.timer->end_sample();
-        ++binding.unread_samples;
-        if (binding.unread_samples >= binding.samples_per_read)
+        if (binding.timer->unread_samples() >= binding.samples_per_read)
           reply["activities"] = read_activities(binding);
       } catch (const TraceLost& e) {
-        binding.unread_samples = 0;
         reply["activity_lost"] = e.what();
       }
       lap(runner_msg::sample_account::kTrace);
@@ -770,7 +764,6 @@ private:
   // kMaxSamplesPerRead; one at a time until a read has shown how many a sample makes.
   json::array read_activities(Binding& binding) {
     std::vector<SampleActivity> read = binding.timer->take_activities();
-    binding.unread_samples = 0;
     int64_t most = 0;
     json::array out;
     for (const auto& activity : read) {
@@ -797,7 +790,6 @@ private:
     try {
       reply["activities"] = read_activities(binding);
     } catch (const TraceLost& e) {
-      binding.unread_samples = 0;
       reply["activity_lost"] = e.what();
     }
     return reply;

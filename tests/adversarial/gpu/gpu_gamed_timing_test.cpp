@@ -157,15 +157,18 @@ protected:
       view[key] = at(run.body, pointer);
     return shown(json::value(std::move(view)), 12000);
   }
-  // The trace either lost the samples (the side fails: its time cannot be vouched for) or still
-  // saw the work and added it to the samples (flagged, no speedup).
+  // The trace lost the candidate's samples, saying `why`: the side fails, with no speedup (its
+  // time cannot be vouched for).
+  static void expect_trace_lost(const CliRun& run, const std::string& why) {
+    EXPECT_FALSE(correctness(run.body)) << timing_shown(run);
+    EXPECT_NE(validation_error(run.body).find(why), std::string::npos) << timing_shown(run);
+    EXPECT_FALSE(speedup(run.body).has_value()) << timing_shown(run);
+  }
+  // The trace either lost the samples or still saw the work and added it to the samples
+  // (flagged, no speedup).
   static void expect_caught_by_the_trace(const CliRun& run) {
-    if (!correctness(run.body)) {
-      EXPECT_NE(validation_error(run.body).find("device trace did not cover"), std::string::npos)
-          << timing_shown(run);
-      EXPECT_FALSE(speedup(run.body).has_value()) << timing_shown(run);
-      return;
-    }
+    if (!correctness(run.body))
+      return expect_trace_lost(run, "device trace did not cover");
     ASSERT_NE(flag_named(run.body, "work_after_completion"), nullptr) << timing_shown(run);
     ASSERT_TRUE(speedup(run.body).has_value()) << timing_shown(run);
     EXPECT_LT(*speedup(run.body), 1.0) << timing_shown(run);
@@ -185,10 +188,7 @@ TEST_F(GpuTamperedTrace, TracingTurnedOffLosesTheSamplesAndFailsTheCandidate) {
   TempDir tmp;
   const auto run = run_mode("off", tmp.path() / "state");
   EXPECT_EQ(run.exit_code, 1) << timing_shown(run);
-  EXPECT_FALSE(correctness(run.body)) << timing_shown(run);
-  EXPECT_NE(validation_error(run.body).find("device trace did not cover"), std::string::npos)
-      << timing_shown(run);
-  EXPECT_FALSE(speedup(run.body).has_value()) << timing_shown(run);
+  expect_trace_lost(run, "device trace did not cover");
 }
 
 // A flush forced while its work still runs loses that work's records, and CUPTI says nothing of
@@ -203,10 +203,7 @@ TEST_F(GpuTamperedTrace, FlushesOfItsOwnLoseTheSamplesAndFailTheCandidate) {
     TempDir tmp;
     const auto run = run_mode(mode, tmp.path() / "state");
     EXPECT_EQ(run.exit_code, 1) << timing_shown(run);
-    EXPECT_FALSE(correctness(run.body)) << timing_shown(run);
-    EXPECT_NE(validation_error(run.body).find("a flush keval did not ask for"), std::string::npos)
-        << timing_shown(run);
-    EXPECT_FALSE(speedup(run.body).has_value()) << timing_shown(run);
+    expect_trace_lost(run, "a flush keval did not ask for");
   }
 }
 
