@@ -199,6 +199,7 @@ def run_keval(args, jobs, label="keval"):
         profiling_ms = {}  # sampling.time_ms summed: where profiling's wall time went
         held_ms = {}  # per problem: [validation ms, profiling ms] of each job (its timeline)
         workers = []  # (job, metadata.worker) of each measured job
+        first_trials = {}  # job: its first validation trial's ms (gpu_cycle)
         lock = threading.Lock()
 
         def one(numbered):
@@ -213,6 +214,8 @@ def run_keval(args, jobs, label="keval"):
             timeline = metadata.get("worker", {}).get("timeline_ms", {})
             with lock:
                 workers.append((f"{number:03d}-{name}", metadata.get("worker", {})))
+                trials = metadata.get("validation", {}).get("trials") or [{}]
+                first_trials[f"{number:03d}-{name}"] = sum(trials[0].get("time_ms", {}).values())
                 if all(k in timeline for k in ("bound", "validated", "profiled")):
                     held_ms.setdefault(name, []).append(
                         (timeline["validated"] - timeline["bound"],
@@ -263,6 +266,9 @@ def run_keval(args, jobs, label="keval"):
                 for kind, n in (("both runners", 2), ("one runner", 1), ("none", 0))))
             print("   GPU held a job (grant to handover, mean ms), by the runners warmed before it "
                   "came: " + held_by_warmth(workers))
+        cycle = gpu_cycle(workers, first_trials)
+        if cycle:
+            print("   " + cycle)
         prewarms = [w.get("prewarm") for _, w in workers if w.get("prewarm")]
         if prewarms:
             # A job's wait for its worker (ready_wait_ms), and where its worker's prewarm went:
@@ -339,7 +345,7 @@ def print_pool(over, after, before):
     print(f"   prestarted workers over {over}: " + "  ".join(
         f"{k} {warm.get(k + '_total', 0) - warm_before.get(k + '_total', 0)}"
         for k in ("taken", "taken_out_of_order", "missed", "died_idle", "held_back_by_memory",
-                  "held_back_by_gpu_memory")) + f"  ready at the end {warm.get('ready', 0)}")
+                  "held_back_by_gpu_memory", "held_back_by_gpu_queue")) + f"  ready at the end {warm.get('ready', 0)}")
     for gpu in warm.get("gpu_memory", []):
         print(f"   GPU {gpu['gpu']} at its latest reading: "
               f"{gpu['free_bytes'] / 2**30:.1f} of {gpu['total_bytes'] / 2**30:.1f} GiB free "
@@ -385,6 +391,45 @@ def warmed_runners(worker):
     if warm_up is None:
         return None
     return sum(1 for side in warm_up.get("sides", {}).values() if side.get("warmed"))
+
+
+def gpu_cycle(workers, first_trials):
+    """What a GPU went through per job, from the responses (metadata.worker's
+    timeline_origin_unix_ms + timeline_ms, metadata.validation): the job's grant to its handover,
+    its first validation trial, and the teardown of the job before it on the same GPU (its
+    handover to its end), which gates the job's first timed sample; the first trial and the
+    teardown are the parts that wait most on the driver's device-wide lock. "" without
+    timelines. `workers`: (job, metadata.worker); `first_trials`: job -> ms."""
+    by_gpu = {}
+    for label, worker in workers:
+        origin, timeline = worker.get("timeline_origin_unix_ms"), worker.get("timeline_ms", {})
+        handover = timeline.get("handed_over", timeline.get("ended"))
+        if not origin or handover is None or not all(
+                k in timeline for k in ("granted", "timing_turn", "ended")):
+            continue
+        gpu = worker.get("device_memory", {}).get("gpu", "")
+        by_gpu.setdefault(gpu, []).append(
+            {k: origin + timeline[k] for k in ("granted", "timing_turn", "ended")} |
+            {"handed_over": origin + handover, "trial0": first_trials.get(label, 0)})
+    cycles, trials, teardowns, gated, followers = [], [], [], 0, 0
+    for jobs in by_gpu.values():
+        jobs.sort(key=lambda j: j["granted"])
+        for before, job in zip([None] + jobs, jobs):
+            cycles.append(job["handed_over"] - job["granted"])
+            trials.append(job["trial0"])
+            if before is not None:
+                followers += 1
+                teardowns.append(before["ended"] - before["handed_over"])
+                # Timed right as the job before was gone (the host's device_quiet): it waited.
+                gated += job["timing_turn"] - before["ended"] < 40
+    if not cycles:
+        return ""
+    line = (f"GPU cycle a job (grant to handover, mean) {statistics.mean(cycles):.0f} ms, its first "
+            f"validation trial {statistics.mean(trials):.0f} ms")
+    if teardowns:
+        line += (f"; the job before's teardown {statistics.mean(teardowns):.0f} ms, which the first "
+                 f"timed sample waited for in {gated} of {followers} jobs")
+    return line
 
 
 def held_by_warmth(workers):
@@ -553,9 +598,12 @@ def main():
         jobs = batch(args.repeat, args.only)
         print(f"batch: {len(jobs)} compares ({', '.join(sorted({n for n, _ in jobs}))})")
         out["keval"] = run_keval(args, jobs)
-        for extra, variant in variants:
+        for number, (extra, variant) in enumerate(variants, 1):
             print(f"-- the same batch through a daemon started with {extra}")
-            out[f"keval {extra}"] = run_keval(variant, jobs, label=extra.lstrip("-")[:14])
+            # Numbered: two variants whose arguments begin alike would share a label, and the
+            # second's --responses files would replace the first's.
+            out[f"keval {extra}"] = run_keval(variant, jobs,
+                                              label=f"v{number} {extra.lstrip('-')}"[:14])
             ratio = out["keval"]["wall_s"] / out[f"keval {extra}"]["wall_s"]
             print(f"ratio (jobs/min with {extra} over without): {ratio:.2f}x")
         for path, build in builds:

@@ -83,6 +83,7 @@ public:
     std::vector<int> gpus; // each prestarted worker opens one of them ahead
     for (const auto& gpu : devices_.snapshot())
       gpus.push_back(gpu.device.index);
+    const size_t gpu_count = gpus.size();
     if (config_.warm_workers > 0)
       warm_ = std::make_unique<supervisor::WarmPool>(
           executor_, config_.worker_exe, config_.sandbox,
@@ -91,7 +92,10 @@ public:
               .max_size = config_.warm_workers_max,
               .max_total = config_.warm_workers_total,
               .gpus = std::move(gpus),
-              .gpu_memory_to_spare = [this] { return gpu_memory_.to_spare(); }});
+              .gpu_memory_to_spare = [this] { return gpu_memory_.to_spare(); },
+              // A queue as long as the GPUs are many: each has a job waiting behind its holder.
+              .gpus_backlogged =
+                  [this, gpu_count] { return gpu_count > 0 && devices_.waiting() >= gpu_count; }});
   }
 
   // --- start-up ------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ json::object stats_json(const StatsSnapshot& s) {
                          {"target", s.warm.target},
                          {"held_back_by_memory_total", s.warm.held_back_by_memory},
                          {"held_back_by_gpu_memory_total", s.warm.held_back_by_gpu_memory},
+                         {"held_back_by_gpu_queue_total", s.warm.held_back_by_gpu_queue},
                          {"gpu_memory", s.gpu_memory},
                          {"sets", s.warm.sets},
                          {"ready", s.warm.ready},

@@ -183,6 +183,13 @@ void WarmPool::refill(SetPool& pool) {
     wanted = sizing_.size;
     ++stats_.held_back_by_gpu_memory;
   }
+  // With jobs queued for the GPUs, no new extras; the ones there are stay (letting them go would
+  // tear their contexts down beside the job holding the GPU, for nothing).
+  if (const size_t now_ready = std::max(sizing_.size, pool.workers.size());
+      wanted > now_ready && sizing_.gpus_backlogged()) {
+    wanted = now_ready;
+    ++stats_.held_back_by_gpu_queue;
+  }
   while (pool.workers.size() > wanted)
     pool.workers.pop_back(); // the newest, which may not have finished prewarming: killed
   // The others keep what their own demand asks for now, within the share: a set that came into

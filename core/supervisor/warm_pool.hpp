@@ -41,6 +41,17 @@
 // memory there, which a job may need. While the GPUs they open on are short of it
 // (supervisor/gpu_memory.hpp: less than half free at the latest reading), a pool grows no
 // further than `size` and lets its extras go at the next take, the current demand's included.
+//
+// So does a queue for the GPUs: while jobs wait for a device grant (as many as there are GPUs,
+// or more), a job's worker ready ahead of it would only wait longer for the GPU, and preparing
+// more of them costs the job that holds it: each prestarted worker opens three contexts and warms
+// the GPU up, driver work that takes the device-wide lock the holder's binds, first trials and
+// the last job's teardown wait for. In the 100-sample mixed batch on the H200 (8 clients, the GPU
+// busy throughout), pools grown to 18 made the GPU's cycle per job 1209 and 1342 ms (its first
+// trial 467 and 504, the teardown before it 543 and 619); with this rule 928 and 956 ms (312 and
+// 332, 393 and 390), 1.30x and 1.40x the jobs a minute (README, "Pools grow no further while jobs
+// queue for the GPU"). A pool then grows no further than it is (at least `size`); the workers it
+// has stay for the jobs to come, which would otherwise start their own.
 #pragma once
 
 #include "supervisor/worker_session.hpp"
@@ -69,6 +80,7 @@ struct WarmPoolStats {
   size_t target = 0;    // what the sets' demand asks to keep ready, summed
   size_t held_back_by_memory = 0;     // times a pool did not grow for lack of the machine's memory
   size_t held_back_by_gpu_memory = 0; // ... for lack of GPU memory (GpuMemoryReadings)
+  size_t held_back_by_gpu_queue = 0;  // ... while jobs queued for the GPUs (gpus_backlogged)
   size_t sets = 0;                    // prewarm sets with workers kept ready
   size_t taken = 0;                   // handed to jobs
   size_t missed = 0;             // jobs of a prewarming set that found no worker ready for them
@@ -101,6 +113,9 @@ public:
     // Whether the GPUs idle workers hold memory on have it to spare (GpuMemoryReadings::to_spare,
     // which `keval serve` gives). While they do not, a pool keeps `size` and no more.
     std::function<bool()> gpu_memory_to_spare = [] { return true; };
+    // Whether jobs queue for the GPUs (`keval serve`: as many wait for a grant as there are
+    // GPUs, or more). While they do, a pool grows no further than it is.
+    std::function<bool()> gpus_backlogged = [] { return false; };
     std::function<bool(const PrestartedWorker&)> ready = [](const PrestartedWorker& worker) {
       return worker.ready();
     };

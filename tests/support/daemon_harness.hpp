@@ -86,6 +86,21 @@ def validated_and_profiled():
           "result": {"ok": True, "method": "cuda_event", "custom": timing}})
 )";
 
+// A scripted worker's start for a machine of one GPU (a fake H100 80GB at index 0): it says so to
+// `--devices` and hands anything but a job's worker (plugin descriptions, the sandbox probe) to
+// the real keval-worker, which the daemon's environment names as KEVAL_REAL_WORKER.
+inline constexpr const char* kOneFakeGpuWorkerStart = R"(#!/usr/bin/env python3
+import json, os, struct, sys, time
+args = sys.argv[1:]
+if "--devices" in args:
+    print(json.dumps({"devices": [{"index": 0, "name": "NVIDIA H100 80GB HBM3",
+                                   "gpu_type": "H100", "arch": 90, "memory_bytes": 80 << 30}]}))
+    sys.exit(0)
+if "--protocol-fd" not in args:
+    real = os.environ["KEVAL_REAL_WORKER"]
+    os.execv(real, [real] + args)
+)";
+
 // Writes the scripted worker `dir`/fake-worker.py, its `start`, kScriptedWorkerProtocol and its
 // `job` in that order, runnable by its owner; its path.
 inline fs::path write_scripted_worker(const fs::path& dir, const char* start, const char* job) {

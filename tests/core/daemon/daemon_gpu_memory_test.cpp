@@ -13,19 +13,6 @@
 namespace keval::test::daemon {
 namespace {
 
-// Its start: one GPU, and anything but a job's worker to the real keval-worker.
-constexpr const char* kFakeWorkerStart = R"(#!/usr/bin/env python3
-import json, os, struct, sys
-args = sys.argv[1:]
-if "--devices" in args:
-    print(json.dumps({"devices": [{"index": 0, "name": "NVIDIA H100 80GB HBM3",
-                                   "gpu_type": "H100", "arch": 90, "memory_bytes": 80 << 30}]}))
-    sys.exit(0)
-if "--protocol-fd" not in args:
-    real = os.environ["KEVAL_REAL_WORKER"]
-    os.execv(real, [real] + args)
-)";
-
 // Its job, after kScriptedWorkerProtocol: the GPU's memory in its hello (prestarted) and its done.
 constexpr const char* kFakeWorkerJob = R"(
 def memory():  # read now: the test changes it between jobs
@@ -48,7 +35,7 @@ class DaemonGpuMemory : public ::testing::Test {
 protected:
   DaemonGpuMemory() {
     const fs::path worker =
-        write_scripted_worker(scratch_.path(), kFakeWorkerStart, kFakeWorkerJob);
+        write_scripted_worker(scratch_.path(), kOneFakeGpuWorkerStart, kFakeWorkerJob);
     set_free_gib(20);
     daemon_.emplace(dirs_.state(), dirs_.socket(),
                     std::vector<std::string>{"--warm-workers", "1", "--warm-workers-max", "4"},

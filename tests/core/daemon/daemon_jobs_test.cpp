@@ -230,6 +230,8 @@ TEST(DaemonWarmWorkers, JobsRunInPrestartedWorkersThatRanTheirPluginsPrewarm) {
   // CPU jobs read no GPU's memory, so nothing of it held the pool back (supervisor/gpu_memory).
   EXPECT_TRUE(warm.at("gpu_memory").as_array().empty()) << json::serialize(warm);
   EXPECT_EQ(warm.at("held_back_by_gpu_memory_total"), 0);
+  // Nor a queue for GPUs there are none of (gpus_backlogged).
+  EXPECT_EQ(warm.at("held_back_by_gpu_queue_total"), 0);
 }
 
 TEST(DaemonWarmWorkers, ZeroMeansEveryJobStartsItsOwnWorker) {

@@ -39,12 +39,14 @@ struct ScriptedPool {
                               .max_sets = 4,
                               .now = [this] { return now; },
                               .memory_to_spare = [this] { return memory; },
-                              .gpu_memory_to_spare = [this] { return gpu_memory; }}) {}
+                              .gpu_memory_to_spare = [this] { return gpu_memory; },
+                              .gpus_backlogged = [this] { return gpu_queue; }}) {}
 
   boost::asio::io_context ctx;
   WarmPool::Clock::time_point now = WarmPool::Clock::time_point{} + std::chrono::hours(1);
   bool memory = true;
   bool gpu_memory = true;
+  bool gpu_queue = false;
   WarmPool pool;
 };
 
@@ -221,6 +223,39 @@ TEST(WarmPool, APoolShortOfGpuMemoryKeepsItsSizeAndNoMoreThenGrowsBack) {
   EXPECT_EQ(pool.stats().ready, 1u);
   EXPECT_GT(pool.stats().held_back_by_gpu_memory, held_back);
   EXPECT_EQ(pool.stats().target, 4u) << "the demand is still known; memory holds it back";
+}
+
+// While jobs queue for the GPU, a worker ready ahead of its job would only wait longer for it,
+// and preparing more slows the job that holds it: a pool grows no further than it is, keeps the
+// workers it has (down to `size`, which it refills) and grows again once the queue is gone.
+TEST(WarmPool, WhileJobsQueueForTheGpuAPoolGrowsNoFurtherAndKeepsWhatItHas) {
+  ScriptedPool scripted(1, 4);
+  auto& now = scripted.now;
+  auto& pool = scripted.pool;
+  const auto fault = set_of({"libkeval_fault_plugin.so"});
+  EXPECT_EQ(pool.take(fault), nullptr); // readies 4: the start of a burst
+  EXPECT_EQ(pool.stats().ready, 4u);
+  EXPECT_EQ(pool.stats().held_back_by_gpu_queue, 0u);
+
+  scripted.gpu_queue = true;
+  for (size_t left = 3; left >= 1; --left) {
+    now += std::chrono::seconds(1);
+    EXPECT_NE(pool.take(fault), nullptr);
+    EXPECT_EQ(pool.stats().ready, left) << "a take while jobs queue for the GPU refilled it";
+  }
+  const size_t held_back = pool.stats().held_back_by_gpu_queue;
+  EXPECT_GE(held_back, 3u);
+  EXPECT_EQ(pool.stats().target, 4u) << "the demand is still known; the queue holds it back";
+  now += std::chrono::seconds(1);
+  EXPECT_NE(pool.take(fault), nullptr);
+  EXPECT_EQ(pool.stats().ready, 1u) << "the pool's size is refilled, queue or not";
+  EXPECT_EQ(pool.stats().held_back_by_memory + pool.stats().held_back_by_gpu_memory, 0u);
+
+  scripted.gpu_queue = false;
+  now += std::chrono::seconds(1);
+  EXPECT_NE(pool.take(fault), nullptr);
+  EXPECT_EQ(pool.stats().ready, 4u) << "the queue is gone: the pool grows to its demand again";
+  EXPECT_EQ(pool.stats().held_back_by_gpu_queue, held_back + 1);
 }
 
 TEST(WarmPool, MemoryToSpareIsAQuarterOfTheMachineAvailable) {
