@@ -552,6 +552,10 @@ def main():
                         help="also run the keval batch with this request 'max_noise' (percent: a "
                              "side's sampling stops once its mean is that stable, after "
                              "'min_samples'); repeat for several rows")
+    parser.add_argument("--batch-max-noise", type=float, metavar="P",
+                        help="send every request of the batch with this 'max_noise', in its "
+                             "--versus and --versus-keval rows too (side by side where the GPU "
+                             "waits for the jobs rather than the jobs for the GPU)")
     parser.add_argument("--versus", action="append", default=[], metavar="ARGS",
                         help="also run the batch through a daemon given these extra arguments "
                              "(--versus '--warm-workers-max 6'), side by side, with the ratio")
@@ -596,7 +600,11 @@ def main():
               for path in args.versus_keval]
     if not args.sequence_only:
         jobs = batch(args.repeat, args.only)
-        print(f"batch: {len(jobs)} compares ({', '.join(sorted({n for n, _ in jobs}))})")
+        if args.batch_max_noise is not None:
+            jobs = [(name, dict(request, max_noise=args.batch_max_noise)) for name, request in jobs]
+        print(f"batch: {len(jobs)} compares ({', '.join(sorted({n for n, _ in jobs}))})" +
+              ("" if args.batch_max_noise is None else
+               f", each with \"max_noise\": {args.batch_max_noise:g}"))
         out["keval"] = run_keval(args, jobs)
         for number, (extra, variant) in enumerate(variants, 1):
             print(f"-- the same batch through a daemon started with {extra}")
