@@ -259,6 +259,22 @@ std::string prometheus_text(const StatsSnapshot& s) {
   e.family("keval_worker_prewarm_jobs_total", "counter",
            "Finished jobs that took a prestarted worker.")
       .sample(static_cast<double>(c.prewarm.jobs));
+  // The pools of prestarted workers (supervisor/warm_pool.hpp): how many wait, how many jobs
+  // found one, and what held a pool back from growing with its demand.
+  e.family("keval_warm_workers_ready", "gauge",
+           "Prestarted workers started and waiting for a job, over every prewarm set.")
+      .sample(static_cast<double>(s.warm.ready));
+  e.family("keval_warm_workers_taken_total", "counter", "Prestarted workers handed to jobs.")
+      .sample(static_cast<double>(s.warm.taken));
+  e.family("keval_warm_workers_missed_total", "counter",
+           "Jobs of a prewarming set that found no prestarted worker ready.")
+      .sample(static_cast<double>(s.warm.missed));
+  e.family("keval_warm_workers_held_back_total", "counter",
+           "Refills of a pool that grew it less than its demand asked, by what held it back: the "
+           "machine's memory, GPU memory, or jobs queued for the GPUs.")
+      .sample(static_cast<double>(s.warm.held_back_by_memory), label("reason", "memory"))
+      .sample(static_cast<double>(s.warm.held_back_by_gpu_memory), label("reason", "gpu_memory"))
+      .sample(static_cast<double>(s.warm.held_back_by_gpu_queue), label("reason", "gpu_queue"));
   e.family("keval_connections_open", "gauge", "HTTP connections served now.")
       .sample(static_cast<double>(s.connections.open));
   e.family("keval_connections_max", "gauge", "HTTP connections served at most (--max-connections).")

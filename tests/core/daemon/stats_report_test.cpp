@@ -125,6 +125,29 @@ TEST(StatsReport, APrestartedWorkersPrewarmIsSplitOverTheJobsThatTookOne) {
                   .is_null());
 }
 
+// The pools of prestarted workers in /metrics: what waits, what was taken and missed, and each
+// reason a pool grew less than its demand asked, the same counts /stats warm_workers shows.
+TEST(StatsReport, ThePoolsOfPrestartedWorkersAreInTheMetrics) {
+  StatsSnapshot snapshot;
+  snapshot.warm.ready = 9;
+  snapshot.warm.taken = 24;
+  snapshot.warm.missed = 1;
+  snapshot.warm.held_back_by_memory = 2;
+  snapshot.warm.held_back_by_gpu_memory = 3;
+  snapshot.warm.held_back_by_gpu_queue = 16;
+  const std::string metrics = prometheus_text(snapshot);
+  for (const char* line : {"keval_warm_workers_ready 9\n", "keval_warm_workers_taken_total 24\n",
+                           "keval_warm_workers_missed_total 1\n",
+                           "keval_warm_workers_held_back_total{reason=\"memory\"} 2\n",
+                           "keval_warm_workers_held_back_total{reason=\"gpu_memory\"} 3\n",
+                           "keval_warm_workers_held_back_total{reason=\"gpu_queue\"} 16\n",
+                           "# TYPE keval_warm_workers_held_back_total counter\n"})
+    EXPECT_NE(metrics.find(line), std::string::npos) << line << metrics;
+  const json::object warm = stats_json(snapshot).at("warm_workers").as_object();
+  EXPECT_EQ(warm.at("held_back_by_gpu_queue_total"), 16);
+  EXPECT_EQ(warm.at("ready"), 9);
+}
+
 TEST(StatsReport, CountsPhasesFromWhatWorkersReport) {
   JobStats stats;
   stats.submitted();
