@@ -345,7 +345,8 @@ def print_pool(over, after, before):
     print(f"   prestarted workers over {over}: " + "  ".join(
         f"{k} {warm.get(k + '_total', 0) - warm_before.get(k + '_total', 0)}"
         for k in ("taken", "taken_out_of_order", "missed", "died_idle", "held_back_by_memory",
-                  "held_back_by_gpu_memory", "held_back_by_gpu_queue")) + f"  ready at the end {warm.get('ready', 0)}")
+                  "held_back_by_gpu_memory", "held_back_by_gpu_queue")) +
+        f"  ready at the end {warm.get('ready', 0)}")
     for gpu in warm.get("gpu_memory", []):
         print(f"   GPU {gpu['gpu']} at its latest reading: "
               f"{gpu['free_bytes'] / 2**30:.1f} of {gpu['total_bytes'] / 2**30:.1f} GiB free "
@@ -420,15 +421,16 @@ def gpu_cycle(workers, first_trials):
             if before is not None:
                 followers += 1
                 teardowns.append(before["ended"] - before["handed_over"])
-                # Timed right as the job before was gone (the host's device_quiet): it waited.
+                # Timed within 40 ms of the job before being gone (the host's device_quiet, then
+                # the timing turn): it waited for that teardown.
                 gated += job["timing_turn"] - before["ended"] < 40
     if not cycles:
         return ""
-    line = (f"GPU cycle a job (grant to handover, mean) {statistics.mean(cycles):.0f} ms, its first "
-            f"validation trial {statistics.mean(trials):.0f} ms")
+    line = (f"GPU cycle a job (grant to handover, mean) {statistics.mean(cycles):.0f} ms, its "
+            f"first validation trial {statistics.mean(trials):.0f} ms")
     if teardowns:
-        line += (f"; the job before's teardown {statistics.mean(teardowns):.0f} ms, which the first "
-                 f"timed sample waited for in {gated} of {followers} jobs")
+        line += (f"; the job before's teardown {statistics.mean(teardowns):.0f} ms, which the "
+                 f"first timed sample waited for in {gated} of {followers} jobs")
     return line
 
 
