@@ -55,6 +55,13 @@ const json::object& exec_result(const json::object& body) {
   return e != nullptr && e->is_object() ? e->as_object() : none;
 }
 
+json::value value_at(const json::object& body, std::string_view pointer) {
+  const json::value whole(body);
+  boost::system::error_code ec;
+  const json::value* found = whole.find_pointer(pointer, ec);
+  return found != nullptr ? *found : json::value();
+}
+
 const json::array& flags_of(const json::object& body) {
   static const json::array none;
   const auto* metadata = exec_result(body).if_contains("metadata");

@@ -19,6 +19,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -105,6 +106,10 @@ json::value parse_lenient(std::string_view text);
 json::object body_of(const daemon::HttpResult& r);
 
 const json::object& exec_result(const json::object& body);
+
+// A copy of the value at a JSON Pointer into a result's body
+// ("/kernel_exec_result/metadata/worker/stderr"); null where there is none.
+json::value value_at(const json::object& body, std::string_view pointer);
 
 inline bool correctness(const json::object& body) {
   const auto* c = exec_result(body).if_contains("correctness");

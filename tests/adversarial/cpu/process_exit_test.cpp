@@ -9,18 +9,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// The trusted worker's standard error as the result carries it, its runners' with it.
-std::string worker_stderr(const json::object& body) {
-  const json::value* metadata = exec_result(body).if_contains("metadata");
-  const json::value* worker = metadata != nullptr && metadata->is_object()
-                                  ? metadata->as_object().if_contains("worker")
-                                  : nullptr;
-  const json::value* err = worker != nullptr && worker->is_object()
-                               ? worker->as_object().if_contains("stderr")
-                               : nullptr;
-  return err != nullptr && err->is_string() ? std::string(err->get_string()) : std::string();
-}
-
 // A job whose runner died of SIGSEGV: the kernel's failure, reported as such, with the runner's
 // note on its way out in the worker's stderr. Returns that stderr.
 std::string expect_runner_crashed(const CliRun& run) {
@@ -28,7 +16,8 @@ std::string expect_runner_crashed(const CliRun& run) {
   expect_cli_kernel_failure(run, "the kernel crashed");
   EXPECT_NE(validation_error(run.body).find("killed by SIGSEGV"), std::string::npos)
       << describe(run);
-  std::string note = worker_stderr(run.body);
+  // The trusted worker's standard error as the result carries it, its runners' with it.
+  std::string note = text(value_at(run.body, "/kernel_exec_result/metadata/worker/stderr"));
   EXPECT_THAT(note, HasSubstr("keval runner (pid ")) << note;
   return note;
 }

@@ -130,13 +130,6 @@ protected:
                                    unique_id(mode), trials),
                    state_dir);
   }
-  // A copy of the value at a JSON Pointer into a result's body; null where there is none.
-  static json::value at(const json::object& body, std::string_view pointer) {
-    const json::value whole(body);
-    boost::system::error_code ec;
-    const json::value* found = whole.find_pointer(pointer, ec);
-    return found != nullptr ? *found : json::value();
-  }
   // What a failure needs to show of a result: its verdict and timing, without the sandbox's
   // report that fills describe()'s window.
   static std::string timing_shown(const CliRun& run) {
@@ -154,7 +147,7 @@ protected:
              {"sampling", "/kernel_exec_result/metadata/profiling/sampling"},
              {"device_work", "/kernel_exec_result/metadata/profiling/device_work"},
          })
-      view[key] = at(run.body, pointer);
+      view[key] = value_at(run.body, pointer);
     return shown(json::value(std::move(view)), 12000);
   }
   // The trace lost the candidate's samples, saying `why`: the side fails, with no speedup (its
@@ -176,7 +169,7 @@ protected:
   // The candidate's median wall time per sample, as the trusted worker measured it.
   static std::optional<double> custom_wall_median(const json::object& body) {
     const json::value median =
-        at(body, "/kernel_exec_result/metadata/profiling/sampling/wall_ms/custom/median");
+        value_at(body, "/kernel_exec_result/metadata/profiling/sampling/wall_ms/custom/median");
     return median.is_number() ? std::optional(median.to_number<double>()) : std::nullopt;
   }
 };
