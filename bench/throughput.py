@@ -199,6 +199,7 @@ def run_keval(args, jobs, label="keval"):
         profiling_ms = {}  # sampling.time_ms summed: where profiling's wall time went
         held_ms = {}  # per problem: [validation ms, profiling ms] of each job (its timeline)
         workers = []  # (job, metadata.worker) of each measured job
+        verifier = {}  # the GPU's device verifier (keval serve --device-verifier): used or why not
         first_trials = {}  # job: its first validation trial's ms (gpu_cycle)
         lock = threading.Lock()
 
@@ -214,6 +215,10 @@ def run_keval(args, jobs, label="keval"):
             timeline = metadata.get("worker", {}).get("timeline_ms", {})
             with lock:
                 workers.append((f"{number:03d}-{name}", metadata.get("worker", {})))
+                note = metadata.get("device", {}).get("device_verifier")
+                if note is not None:
+                    key = "used" if note.get("used") else note.get("reason", "not used")[:80]
+                    verifier[key] = verifier.get(key, 0) + 1
                 trials = metadata.get("validation", {}).get("trials") or [{}]
                 first_trials[f"{number:03d}-{name}"] = sum(trials[0].get("time_ms", {}).values())
                 if all(k in timeline for k in ("bound", "validated", "profiled")):
@@ -245,6 +250,8 @@ def run_keval(args, jobs, label="keval"):
                 f"#{g.get('index')} {g.get('type', '?')} busy "
                 f"{(g.get('busy_ms', 0) - busy_before.get(g.get('index'), 0)) / 1000:.1f} s"
                 for g in after["gpus"]))
+        if verifier:
+            print("   device verifier: " + "  ".join(f"{k}: {n}" for k, n in verifier.items()))
         stages = after.get("time_breakdown", {}).get("stages", [])
         print("   stages (mean ms over the daemon's jobs): " + "  ".join(
             f"{s['stage']} {s['mean_ms']:.0f}" for s in stages if s.get("mean_ms") is not None))

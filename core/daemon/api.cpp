@@ -213,6 +213,8 @@ HttpResponse Api::health() const {
     body["gpu_discovery"] = discovery_.reason;
   if (config_.driver_status)
     body["driver"] = config_.driver_status();
+  if (config_.verifier_status)
+    body["device_verifiers"] = config_.verifier_status();
   body["cpu_device"] = true;
   const StatsSnapshot stats = jobs_.stats();
   // max_active: jobs this daemon runs at once, what a client that wants to keep it busy submits.

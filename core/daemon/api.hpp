@@ -40,6 +40,8 @@ struct ApiConfig {
   std::function<ConnectionStats()> connection_stats;
   // What GET /health reports as "driver" (DriverHold::status); none when not set.
   std::function<boost::json::object()> driver_status;
+  // What GET /health reports as "device_verifiers" (DeviceVerifiers::status); none when not set.
+  std::function<boost::json::object()> verifier_status;
 };
 
 class Api {

@@ -25,6 +25,10 @@
 
 namespace keval::daemon {
 
+namespace detail {
+class HelperProcess;
+}
+
 class DriverHold {
 public:
   // Starts `worker_exe --hold-driver` and waits at most `answer_within` for its answer (cuInit
@@ -50,8 +54,7 @@ public:
 
 private:
   DriverHold() = default;
-  struct Holder; // the running process and its pipes
-  std::unique_ptr<Holder> holder_;
+  std::unique_ptr<detail::HelperProcess> holder_;
   std::optional<double> init_ms_;
   std::string reason_; // why not held, when it is not
 };

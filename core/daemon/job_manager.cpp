@@ -1,5 +1,7 @@
 #include "daemon/job_manager.hpp"
 
+#include "daemon/device_verifiers.hpp"
+
 #include "common/log.hpp"
 #include "daemon/job_record.hpp"
 #include "job/job_runner.hpp"
@@ -525,6 +527,7 @@ private:
     try {
       launch = job::make_launch(*job->request, registry_, job->id, run_options_);
       launch.cuda_arch = devices_.reserve_compile_arch(job->gpu_type);
+      launch.device_verifier = config_.verifiers != nullptr && config_.verifiers->enabled();
       {
         std::lock_guard lock(mutex_);
         job->compile_arch = launch.cuda_arch;
@@ -612,7 +615,14 @@ private:
               job->stage = protocol::JobStage::validating;
             }
           }
-          grant(decision.to_protocol());
+          json::object granted = decision.to_protocol();
+          // The verifier's address and token go in the grant, which only the job's trusted
+          // worker reads (never in `device`, which it hands on to its runners).
+          if (decision.type == "cuda" && config_.verifiers != nullptr)
+            if (const auto verifier = config_.verifiers->address(decision.index))
+              granted["verifier"] =
+                  json::object{{"socket", verifier->socket}, {"token", verifier->token}};
+          grant(std::move(granted));
         },
         [this, job] { // the job that handed this GPU over is gone: this one may time now
           std::shared_ptr<supervisor::WorkerSession> session;

@@ -25,6 +25,8 @@
 
 namespace keval::daemon {
 
+class DeviceVerifiers;
+
 struct JobManagerConfig {
   std::filesystem::path worker_exe;
   protocol::SandboxPolicy sandbox; // for every worker (supervisor/sandbox_setup.hpp)
@@ -44,6 +46,9 @@ struct JobManagerConfig {
   // Past `warm_workers`, at most this many over the sets in use, shared among them
   // (WarmPool::Sizing::max_total).
   size_t warm_workers_total = std::numeric_limits<size_t>::max();
+  // Each GPU's device verifier (device_verifiers.hpp), named in the grants of its jobs; null or
+  // disabled: every job's trusted worker opens a context of its own. Outlives the manager.
+  DeviceVerifiers* verifiers = nullptr;
 };
 
 // A submission the daemon cannot take now.

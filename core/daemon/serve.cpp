@@ -11,6 +11,7 @@
 #include "daemon/detail/unix_socket.hpp"
 #include "daemon/device_discovery.hpp"
 #include "daemon/device_pool.hpp"
+#include "daemon/device_verifiers.hpp"
 #include "daemon/driver_hold.hpp"
 #include "daemon/job_manager.hpp"
 #include "protocol/frame.hpp"
@@ -194,6 +195,15 @@ int serve(const ServeOptions& options) {
                  "initialisation whenever no other process holds it",
                  boost::json::serialize(status.at("reason")));
 
+  // After the driver hold, whose cuInit they then find done.
+  std::vector<int> ordinals;
+  for (const auto& gpu : discovery.gpus)
+    ordinals.push_back(gpu.index);
+  const std::unique_ptr<DeviceVerifiers> verifiers =
+      !options.device_verifier ? DeviceVerifiers::none("not asked for (--device-verifier)")
+      : ordinals.empty()       ? DeviceVerifiers::none("no GPU")
+                               : std::make_unique<DeviceVerifiers>(options.worker_exe, ordinals);
+
   // Two event loops. Jobs run on one thread: Boost.Process forks with notify_fork on the workers'
   // io_context, which must not race with other threads using that context. HTTP runs on a pool.
   // Declaration order is destruction order reversed: the session tracker outlives both loops,
@@ -217,6 +227,7 @@ int serve(const ServeOptions& options) {
   job_config.job_ttl = options.job_ttl;
   job_config.state_max_bytes = options.state_max_bytes;
   job_config.warm_workers = options.warm_workers;
+  job_config.verifiers = verifiers.get();
   job_config.warm_workers_max = options.warm_workers_max.value_or(
       supervisor::WarmPool::default_max_size(options.warm_workers, cpu_cores()));
   job_config.warm_workers_total = options.warm_workers_total.value_or(
@@ -247,6 +258,7 @@ int serve(const ServeOptions& options) {
   api_config.max_body_bytes = options.max_body_bytes;
   api_config.connection_stats = [&connection_slots] { return connection_slots.stats(); };
   api_config.driver_status = [&driver] { return driver.status(); };
+  api_config.verifier_status = [&verifiers] { return verifiers->status(); };
   Api api(jobs, registry, devices, std::move(discovery), api_config);
   const detail::HttpSettings http{options.max_body_bytes, options.http_timeout};
 

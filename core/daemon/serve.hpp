@@ -42,6 +42,9 @@ struct ServeOptions {
   // Keep the CUDA driver initialised while serving, in a process of its own (driver_hold.hpp), on
   // a machine with GPUs.
   bool hold_driver = true;
+  // One device verifier per GPU (device_verifiers.hpp): a job's trusted worker uses its GPU's
+  // context instead of making one of its own.
+  bool device_verifier = false;
   uint64_t max_body_bytes = 64ull << 20;
   // Connections served at once (Unix and TCP together); past it, 503. The descriptor limit
   // (RLIMIT_NOFILE) is raised to fit, or the daemon does not start.

@@ -556,6 +556,12 @@ Grant parse_grant(const json::object& m) {
       throw ProtocolError("'handover' of grant is not a boolean");
     g.takes_handover = handover->as_bool();
   }
+  if (const json::value* verifier = m.if_contains("verifier")) {
+    if (!verifier->is_object())
+      throw ProtocolError("'verifier' of grant is not an object");
+    g.verifier_socket = string_at(verifier->as_object(), "socket");
+    g.verifier_token = string_at(verifier->as_object(), "token");
+  }
   return g;
 }
 
@@ -578,6 +584,8 @@ json::object to_frame(const JobFrame& job) {
   m["cuda_arch"] = job.cuda_arch;
   m["seed"] = job.seed;
   m["timeout_ms"] = job.timeout_ms;
+  if (job.device_verifier)
+    m["device_verifier"] = true;
   return m;
 }
 
@@ -608,6 +616,11 @@ JobFrame parse_job_frame(const json::object& m) {
     job.seed = static_cast<uint64_t>(integer_at(m, "seed"));
   if (const json::value* timeout = m.if_contains("timeout_ms"); timeout != nullptr)
     job.timeout_ms = integer_at(m, "timeout_ms");
+  if (const json::value* verifier = m.if_contains("device_verifier")) {
+    if (!verifier->is_bool())
+      throw ProtocolError("'device_verifier' of job is not a boolean");
+    job.device_verifier = verifier->as_bool();
+  }
   return job;
 }
 

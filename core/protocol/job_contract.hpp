@@ -182,6 +182,8 @@ struct JobFrame {
   int64_t cuda_arch = 0;
   uint64_t seed = 0;
   int64_t timeout_ms = 0; // the job's wall-clock budget (0: unknown); bounds its CPU time
+  // A CUDA grant will name the GPU's device verifier: open no context of the worker's own ahead.
+  bool device_verifier = false;
 };
 
 struct PhaseMessage {
@@ -237,6 +239,9 @@ struct Grant {
   // The host takes a device_handover for this grant (a daemon's GPU pool; a single job's host
   // has nobody to hand the device to).
   bool takes_handover = false;
+  // The GPU's device verifier (worker/verifier/device_verifier.hpp): its abstract socket's name
+  // and the token it wants; empty when the job opens a context of its own.
+  std::string verifier_socket, verifier_token;
 };
 Grant parse_grant(const boost::json::object& frame);
 // host -> worker, after a grant with quiet false: the device's last job is gone. Throws

@@ -299,6 +299,7 @@ private:
     job.cuda_arch = launch_.cuda_arch;
     job.seed = launch_.seed;
     job.timeout_ms = launch_.timeout.count();
+    job.device_verifier = launch_.device_verifier;
     ready_wait_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
     job_sent_unix_ms_ = unix_ms();
     send(protocol::to_frame(job), protocol::kMaxJobFrameBytes);

@@ -36,6 +36,9 @@ struct JobLaunch {
   // Wall-clock budget, not counting time spent waiting for a device grant.
   std::chrono::milliseconds timeout{120000};
   size_t output_cap = 64 * 1024; // per stream
+  // The host's GPUs have device verifiers: the job's trusted worker opens no context ahead of its
+  // grant, which names the verifier to use (worker/verifier/device_verifier.hpp).
+  bool device_verifier = false;
 };
 
 // How the session ended.

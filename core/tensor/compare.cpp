@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <stdexcept>
 
 #include <boost/json/array.hpp>
 #include <boost/json/value.hpp>
@@ -215,6 +217,97 @@ boost::json::object to_json(const Comparison& comparison) {
           {"first_mismatches", std::move(first_mismatches)},
           {"atol", json_number(comparison.tolerance.atol)},
           {"rtol", json_number(comparison.tolerance.rtol)}};
+}
+
+namespace {
+
+const boost::json::value& field(const boost::json::object& o, const char* key) {
+  const boost::json::value* v = o.if_contains(key);
+  if (v == nullptr)
+    throw std::invalid_argument(std::string("comparison: '") + key + "' is missing");
+  return *v;
+}
+
+double number_from_json(const boost::json::value& v, const char* key) {
+  if (v.is_number())
+    return v.to_number<double>();
+  if (v.is_string()) {
+    if (v.as_string() == "nan")
+      return std::numeric_limits<double>::quiet_NaN();
+    if (v.as_string() == "inf")
+      return std::numeric_limits<double>::infinity();
+    if (v.as_string() == "-inf")
+      return -std::numeric_limits<double>::infinity();
+  }
+  throw std::invalid_argument(std::string("comparison: '") + key + "' is not a number");
+}
+
+int64_t integer_from_json(const boost::json::object& o, const char* key) {
+  const boost::json::value& v = field(o, key);
+  if (!v.is_int64() && !v.is_uint64())
+    throw std::invalid_argument(std::string("comparison: '") + key + "' is not an integer");
+  return v.to_number<int64_t>();
+}
+
+ElementReport element_from_json(const boost::json::value& v) {
+  if (!v.is_object())
+    throw std::invalid_argument("comparison: an element report is not an object");
+  const boost::json::object& o = v.as_object();
+  ElementReport element;
+  const boost::json::value& index = field(o, "index");
+  if (!index.is_array())
+    throw std::invalid_argument("comparison: 'index' is not an array");
+  for (const boost::json::value& i : index.as_array()) {
+    if (!i.is_int64())
+      throw std::invalid_argument("comparison: 'index' holds a non-integer");
+    element.index.push_back(i.as_int64());
+  }
+  element.expected = number_from_json(field(o, "expected"), "expected");
+  element.actual = number_from_json(field(o, "actual"), "actual");
+  return element;
+}
+
+bool bool_from_json(const boost::json::object& o, const char* key) {
+  const boost::json::value& v = field(o, key);
+  if (!v.is_bool())
+    throw std::invalid_argument(std::string("comparison: '") + key + "' is not a boolean");
+  return v.as_bool();
+}
+
+} // namespace
+
+Comparison comparison_from_json(const boost::json::object& o) {
+  Comparison c;
+  c.match = bool_from_json(o, "match");
+  c.compared = bool_from_json(o, "compared");
+  const boost::json::value& message = field(o, "message");
+  if (!message.is_string())
+    throw std::invalid_argument("comparison: 'message' is not a string");
+  c.message = std::string(message.as_string());
+  if (const boost::json::value& dtype = field(o, "dtype"); !dtype.is_null()) {
+    if (!dtype.is_string())
+      throw std::invalid_argument("comparison: 'dtype' is not a string");
+    c.dtype = request::parse_dtype(std::string_view(dtype.as_string()));
+    if (!c.dtype)
+      throw std::invalid_argument("comparison: 'dtype' names no dtype");
+  }
+  c.numel = integer_from_json(o, "numel");
+  c.mismatches = integer_from_json(o, "mismatches");
+  c.max_abs_diff = number_from_json(field(o, "max_abs_diff"), "max_abs_diff");
+  c.max_rel_diff = number_from_json(field(o, "max_rel_diff"), "max_rel_diff");
+  if (const boost::json::value& at = field(o, "max_abs_diff_at"); !at.is_null())
+    c.max_abs_diff_at = element_from_json(at);
+  c.nan_in_expected = integer_from_json(o, "nan_in_expected");
+  c.nan_in_actual = integer_from_json(o, "nan_in_actual");
+  c.inf_in_actual = integer_from_json(o, "inf_in_actual");
+  const boost::json::value& first = field(o, "first_mismatches");
+  if (!first.is_array())
+    throw std::invalid_argument("comparison: 'first_mismatches' is not an array");
+  for (const boost::json::value& element : first.as_array())
+    c.first_mismatches.push_back(element_from_json(element));
+  c.tolerance.atol = number_from_json(field(o, "atol"), "atol");
+  c.tolerance.rtol = number_from_json(field(o, "rtol"), "rtol");
+  return c;
 }
 
 } // namespace keval::tensor

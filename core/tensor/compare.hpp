@@ -60,5 +60,8 @@ std::string summary(const Comparison& comparison);
 
 // Every field of the Comparison; non-finite numbers are written as "nan", "inf" or "-inf".
 boost::json::object to_json(const Comparison& comparison);
+// Reads what to_json wrote (a Comparison made in another process: the device verifier's). Throws
+// std::invalid_argument naming the field that is missing or of the wrong kind.
+Comparison comparison_from_json(const boost::json::object& o);
 
 } // namespace keval::tensor

@@ -16,6 +16,8 @@
 //   keval-worker --describe PLUGIN.so [PLUGIN.so ...]   (one JSON object per line on stdout)
 //   keval-worker --devices                              (one JSON object on stdout)
 //   keval-worker --hold-driver    (one JSON object on stdout, then waits for its stdin to end)
+//   keval-worker --device-verifier N   (a token on stdin, one JSON object on stdout, then serves
+//                                       the jobs' trusted workers until its stdin ends)
 #include "common/log.hpp"
 #include "common/version.hpp"
 #include "protocol/blocking_channel.hpp"
@@ -35,6 +37,7 @@
 #include "worker/runner/runner.hpp"
 #include "worker/runner/runner_client.hpp"
 #include "worker/runner/runner_protocol.hpp"
+#include "worker/verifier/device_verifier.hpp"
 
 #ifdef KEVAL_HAVE_CUDA
 #include "cuda/driver.hpp"
@@ -473,6 +476,19 @@ int main(int argc, char** argv) {
     return list_devices();
   if (argc == 2 && std::strcmp(argv[1], "--hold-driver") == 0)
     return hold_driver();
+  // `--device-verifier ORDINAL`: a GPU's context for the jobs' trusted workers
+  // (worker/verifier/device_verifier.hpp); the daemon's child, like the driver hold.
+  if (argc == 3 && std::strcmp(argv[1], "--device-verifier") == 0) {
+    const std::string ordinal = argv[2];
+    if (ordinal.empty() || ordinal.size() > 6 ||
+        ordinal.find_first_not_of("0123456789") != std::string::npos) {
+      std::fprintf(stderr, "keval-worker: --device-verifier wants a CUDA ordinal, got '%s'\n",
+                   argv[2]);
+      return 2;
+    }
+    keval::worker::install_crash_report("keval device verifier");
+    return keval::worker::verifier::run_device_verifier(std::stoi(ordinal));
+  }
   // `--program-step POLICY -- ARGV...`: one command of a whole program, sandboxed in its
   // runner's place (worker/program/step_process.hpp).
   if (argc >= 2 && std::strcmp(argv[1], keval::worker::program::kStepOption) == 0)
@@ -529,7 +545,8 @@ int main(int argc, char** argv) {
       "keval-worker %s: runs one keval job; started by keval, not by hand.\n"
       "usage: keval-worker --protocol-fd FD [--sandbox POLICY] [--prewarm PLUGIN.so]... "
       "[--open-ahead-device N] | "
-      "--describe PLUGIN.so... | --devices | --hold-driver | --sandbox-probe POLICY | "
+      "--describe PLUGIN.so... | --devices | --hold-driver | --device-verifier N | "
+      "--sandbox-probe POLICY | "
       "--conformance PLUGIN.so "
       "--cuda-arch N [--request FILE] | --runner --channel-fd FD [--sandbox POLICY] [--prewarm "
       "PLUGIN.so]...\n",

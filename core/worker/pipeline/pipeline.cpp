@@ -29,6 +29,7 @@
 #include "worker/runner/detail/wire.hpp"
 #include "worker/runner/runner_client.hpp"
 #include "worker/runner/runner_protocol.hpp"
+#include "worker/verifier/device_verifier.hpp"
 
 #ifdef KEVAL_HAVE_CUDA
 #include "worker/cuda/cuda_engine.hpp"
@@ -268,7 +269,13 @@ private:
     // Only a job that needs CUDA touches the driver: cuInit takes a good part of a second and is
     // serialised in the driver across processes, so a CPU job on a GPU machine that initialised it
     // anyway would cost every other job its turn (the soak's CPU jobs ran at 3 jobs/s there).
-    if (needs_cuda()) {
+    if (needs_cuda() && job_.device_verifier && job_.cuda_arch > 0) {
+      // The daemon found the GPUs and runs a device verifier on each, which lends this process
+      // its context: the device is usable and its arch is the job's. This process never
+      // initialises the driver (a cuInit is 10 ms of the driver's serialised time a job).
+      cuda_usable_ = true;
+      step("cuda_probed");
+    } else if (needs_cuda()) {
 #ifdef KEVAL_HAVE_CUDA
       cuda_probe_ = std::async(std::launch::async, probe_cuda);
       // This process's device, opened while the probe runs and the sides compile, unless a
@@ -335,10 +342,16 @@ private:
         side->runner->kill();
     trial_bindings_.clear();
     buffers_.clear();
+    step("buffers_released");
     engine_.reset();
+    step("engine_closed");
+    // Each runner's end, in the timeline as `<side>_reaped`: which of the job's contexts the
+    // driver took longest to tear down.
     for (auto& side : sides_)
-      if (side->runner)
+      if (side->runner) {
         side->runner->stop();
+        step((side->name + "_reaped").c_str());
+      }
     isolation::kill_descendants();
     step("ended");
   }
@@ -691,6 +704,8 @@ private:
     granted_ = grant.device;
     device_quiet_ = grant.quiet;
     takes_handover_ = grant.takes_handover;
+    if (!grant.verifier_socket.empty())
+      verifier_ = verifier::VerifierAddress{grant.verifier_socket, grant.verifier_token};
     return true;
   }
 
@@ -707,6 +722,22 @@ private:
     if (type == "cuda")
       if (auto opened = opener_.take(index))
         return opened;
+    if (type == "cuda" && job_.device_verifier) {
+      // The GPU's device verifier lends its context; where it cannot, this process makes its own
+      // (slower, the same checks), and the result says why.
+      if (verifier_) {
+        try {
+          auto remote = verifier::connect_remote_engine(*verifier_, kVerifierPatience);
+          verifier_note_ = json::object{{"used", true}};
+          return remote;
+        } catch (const verifier::VerifierUnavailable& e) {
+          verifier_note_ = json::object{{"used", false}, {"reason", e.what()}};
+        }
+      } else {
+        verifier_note_ = json::object{
+            {"used", false}, {"reason", "the grant named no device verifier (it is restarting)"}};
+      }
+    }
 #endif
     if (type == "cpu")
       return make_cpu_engine();
@@ -725,6 +756,14 @@ private:
                                                 "' was granted but this worker has no engine "
                                                 "for it"));
     return nullptr;
+  }
+
+  // The engine's account of its device, with whether the GPU's device verifier served it.
+  json::object device_described() const {
+    json::object device = engine_->describe();
+    if (!verifier_note_.empty())
+      device["device_verifier"] = verifier_note_;
+    return device;
   }
 
   // Each runner opens its own context on the granted device and binds its kernel there.
@@ -771,7 +810,7 @@ private:
     const int64_t trials = request_.num_correctness_trials;
     protocol::ValidationReport report;
     report.mode = correctness ? "correctness" : "executable";
-    report.device = engine_->describe();
+    report.device = device_described();
     report.tolerance = {{"atol", request_.tolerance.atol}, {"rtol", request_.tolerance.rtol}};
     report.seed = job_.seed;
     report.flags = static_flags();
@@ -1117,6 +1156,8 @@ private:
           copies.push_back(engine_->clone(tensor->dl(), Sharing::private_memory));
     } catch (const KernelFailure&) {
       throw;
+    } catch (const verifier::VerifierUnavailable&) {
+      throw; // keval's own failure, never the side's: the job ends as an infrastructure error
     } catch (const std::exception& e) {
       // invalid_argument (a descriptor that does not hold what it claims), ProtocolError (fewer
       // descriptors than announced), a device error copying it: all the side's doing.
@@ -1479,7 +1520,7 @@ private:
     }
     report.ok = true;
     report.method = timed.front().method;
-    report.device = engine_->describe();
+    report.device = device_described();
     for (auto& t : timed) {
       const tensor::RuntimeStats stats = tensor::compute_stats(t.samples);
       protocol::SideTiming timing{
@@ -2233,6 +2274,11 @@ private:
   // A warm-up's look at the wish takes its file for a moment: a few tries cover it.
   static constexpr std::chrono::milliseconds kTimingWishPatience{50};
   bool takes_handover_ = false; // the grant's: the host takes a device_handover
+  // The grant's device verifier, if it named one; whether this job's engine is the verifier's
+  // (metadata.device.device_verifier), for jobs of a daemon that runs verifiers.
+  std::optional<verifier::VerifierAddress> verifier_;
+  json::object verifier_note_;
+  static constexpr std::chrono::milliseconds kVerifierPatience{2000};
   // The GPU's memory as the job ended (hand_over_device), for `done`.
   std::optional<protocol::DeviceMemoryReading> device_memory_;
   int64_t next_binding_ = 1;
@@ -2303,6 +2349,7 @@ JobSpec parse_job(const json::object& frame) {
   job.cuda_arch = static_cast<int>(parsed.cuda_arch);
   job.seed = parsed.seed;
   job.timeout_ms = parsed.timeout_ms;
+  job.device_verifier = parsed.device_verifier;
   return job;
 }
 

@@ -34,6 +34,9 @@ struct JobSpec {
   // result (a bad request).
   std::optional<InputDataError> input_data_error;
   int64_t timeout_ms = 0;
+  // The grant will name a device verifier (JobFrame::device_verifier): no context of this
+  // process's own is opened ahead.
+  bool device_verifier = false;
 };
 
 // Parses a `job` frame; throws std::runtime_error (the host sent something invalid).

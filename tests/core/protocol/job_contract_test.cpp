@@ -215,6 +215,34 @@ TEST(JobContract, FramesCarryWhatTheyWereBuiltFrom) {
   EXPECT_EQ(std::get<Hello>(parsed).pid, 42);
 }
 
+TEST(JobContract, AGrantNamesItsDeviceVerifierBesideTheDeviceAndTheJobFrameSaysOneWillBeNamed) {
+  JobFrame job;
+  job.job_id = "j";
+  job.mode = "evaluate";
+  EXPECT_FALSE(parse_job_frame(to_frame(job)).device_verifier);
+  EXPECT_FALSE(to_frame(job).contains("device_verifier")); // a worker of before reads it unchanged
+  job.device_verifier = true;
+  EXPECT_TRUE(parse_job_frame(to_frame(job)).device_verifier);
+  boost::json::object bad = to_frame(job);
+  bad["device_verifier"] = "yes";
+  EXPECT_THROW(parse_job_frame(bad), ProtocolError);
+
+  const Grant named =
+      parse_grant(parse(R"({"type":"grant","device":{"type":"cuda","index":0},)"
+                        R"("verifier":{"socket":"@keval-verifier-1-ab","token":"0123"}})"));
+  EXPECT_EQ(named.verifier_socket, "@keval-verifier-1-ab");
+  EXPECT_EQ(named.verifier_token, "0123");
+  EXPECT_FALSE(named.device.contains("verifier")); // what the runners are handed
+  const Grant unnamed = parse_grant(parse(R"({"type":"grant","device":{"type":"cuda"}})"));
+  EXPECT_TRUE(unnamed.verifier_socket.empty());
+  EXPECT_TRUE(unnamed.verifier_token.empty());
+  EXPECT_THROW(parse_grant(parse(R"({"type":"grant","device":{"type":"cuda"},"verifier":"@x"})")),
+               ProtocolError);
+  EXPECT_THROW(
+      parse_grant(parse(R"({"type":"grant","device":{"type":"cuda"},"verifier":{"socket":"@x"}})")),
+      ProtocolError);
+}
+
 TEST(JobContract, StagesOnlyMoveForward) {
   EXPECT_TRUE(can_follow(JobStage::starting, JobStage::compiling));
   EXPECT_TRUE(can_follow(JobStage::waiting_for_device, JobStage::waiting_for_device));
