@@ -1,5 +1,6 @@
 #include "daemon/device_verifiers.hpp"
 
+#include "common/random_hex.hpp"
 #include "daemon/detail/helper_process.hpp"
 
 #include <algorithm>
@@ -7,7 +8,6 @@
 #include <cstring>
 
 #include <spdlog/spdlog.h>
-#include <sys/random.h>
 
 namespace keval::daemon {
 
@@ -15,24 +15,13 @@ namespace json = boost::json;
 
 namespace {
 
-// A verifier's token: 32 random bytes in hex.
+// A verifier's token: 32 random bytes in hex; empty when the kernel gives none.
 std::string new_token() {
-  unsigned char raw[32];
-  for (size_t done = 0; done < sizeof raw;) {
-    const ssize_t n = ::getrandom(raw + done, sizeof raw - done, 0);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return {};
-    done += static_cast<size_t>(n);
+  try {
+    return random_hex(32);
+  } catch (const std::exception&) {
+    return {};
   }
-  static const char* digits = "0123456789abcdef";
-  std::string hex;
-  for (unsigned char c : raw) {
-    hex += digits[c >> 4];
-    hex += digits[c & 15];
-  }
-  return hex;
 }
 
 } // namespace

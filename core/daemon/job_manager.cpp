@@ -1,8 +1,7 @@
 #include "daemon/job_manager.hpp"
 
-#include "daemon/device_verifiers.hpp"
-
 #include "common/log.hpp"
+#include "daemon/device_verifiers.hpp"
 #include "daemon/job_record.hpp"
 #include "job/job_runner.hpp"
 #include "protocol/job_contract.hpp"

@@ -1,6 +1,7 @@
 #include "daemon/detail/tcp_token.hpp"
 
-#include <array>
+#include "common/random_hex.hpp"
+
 #include <cerrno>
 #include <stdexcept>
 #include <system_error>
@@ -8,7 +9,6 @@
 #include <boost/beast/core/string.hpp>
 #include <fcntl.h>
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,17 +27,11 @@ constexpr size_t kMaxTokenChars = 1024;
 }
 
 std::string random_hex_token() {
-  std::array<unsigned char, kRandomBytes> bytes{};
-  if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1)
-    throw std::runtime_error("cannot draw a random TCP token (OpenSSL RAND_bytes failed)");
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned char byte : bytes) {
-    hex += kDigits[byte >> 4];
-    hex += kDigits[byte & 0xf];
+  try {
+    return random_hex(kRandomBytes);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("cannot draw a random TCP token: ") + e.what());
   }
-  OPENSSL_cleanse(bytes.data(), bytes.size());
-  return hex;
 }
 
 // O_EXCL: when two daemons start at once, one creates the file and the other reads it.

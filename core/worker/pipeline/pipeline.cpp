@@ -734,8 +734,9 @@ private:
           verifier_note_ = json::object{{"used", false}, {"reason", e.what()}};
         }
       } else {
-        verifier_note_ = json::object{
-            {"used", false}, {"reason", "the grant named no device verifier (it is restarting)"}};
+        verifier_note_ = json::object{{"used", false},
+                                      {"reason", "the grant named no device verifier: the GPU's is "
+                                                 "not serving (GET /health device_verifiers)"}};
       }
     }
 #endif

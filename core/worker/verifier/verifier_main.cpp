@@ -1,6 +1,8 @@
 // `keval-worker --device-verifier ORDINAL` (device_verifier.hpp).
 #include "worker/verifier/device_verifier.hpp"
 
+#include "common/random_hex.hpp"
+
 #ifdef KEVAL_HAVE_CUDA
 #include "worker/cuda/cuda_engine.hpp"
 #endif
@@ -18,7 +20,6 @@
 #include <boost/json/serialize.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -42,25 +43,6 @@ constexpr int kMaxConnections = 64;
 int answer(json::object out) {
   std::cout << json::serialize(out) << std::endl;
   return out.at("ready").as_bool() ? 0 : 1;
-}
-
-std::string random_hex(size_t bytes) {
-  std::string raw(bytes, '\0');
-  for (size_t done = 0; done < bytes;) {
-    const ssize_t n = ::getrandom(raw.data() + done, bytes - done, 0);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
-    done += static_cast<size_t>(n);
-  }
-  static const char* digits = "0123456789abcdef";
-  std::string hex;
-  for (unsigned char c : raw) {
-    hex += digits[c >> 4];
-    hex += digits[c & 15];
-  }
-  return hex;
 }
 
 // A listening abstract socket of a fresh name; its name as "@...".

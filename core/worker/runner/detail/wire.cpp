@@ -1,5 +1,7 @@
 #include "worker/runner/detail/wire.hpp"
 
+#include "common/json_fields.hpp"
+
 #include "request/model.hpp"
 
 #include <boost/json/value_to.hpp>
@@ -88,56 +90,25 @@ std::vector<SharedTensorHandle> read_shared(const json::array& descriptions,
 }
 
 const json::object& object_field(const json::object& o, const char* key) {
-  const json::value* v = o.if_contains(key);
-  if (v == nullptr || !v->is_object())
-    throw WireError(std::string("'") + key + "' is missing or not an object");
-  return v->as_object();
+  return json_fields::object_field<WireError>(o, key);
 }
-
 const json::array& array_field(const json::object& o, const char* key) {
-  const json::value* v = o.if_contains(key);
-  if (v == nullptr || !v->is_array())
-    throw WireError(std::string("'") + key + "' is missing or not an array");
-  return v->as_array();
+  return json_fields::array_field<WireError>(o, key);
 }
-
 std::string string_field(const json::object& o, const char* key) {
-  const json::value* v = o.if_contains(key);
-  if (v == nullptr || !v->is_string())
-    throw WireError(std::string("'") + key + "' is missing or not a string");
-  return std::string(v->as_string());
+  return json_fields::string_field<WireError>(o, key);
 }
-
 int64_t int_field(const json::object& o, const char* key) {
-  const json::value* v = o.if_contains(key);
-  if (v == nullptr || !(v->is_int64() || v->is_uint64()))
-    throw WireError(std::string("'") + key + "' is missing or not an integer");
-  if (v->is_uint64() && v->as_uint64() > static_cast<uint64_t>(INT64_MAX))
-    throw WireError(std::string("'") + key + "' is out of range");
-  return v->is_int64() ? v->as_int64() : static_cast<int64_t>(v->as_uint64());
+  return json_fields::int_field<WireError>(o, key);
 }
-
 uint64_t uint_field(const json::object& o, const char* key) {
-  const json::value* v = o.if_contains(key);
-  if (v != nullptr && v->is_uint64())
-    return v->as_uint64();
-  if (v != nullptr && v->is_int64() && v->as_int64() >= 0)
-    return static_cast<uint64_t>(v->as_int64());
-  throw WireError(std::string("'") + key + "' is missing or not an unsigned integer");
+  return json_fields::uint_field<WireError>(o, key);
 }
-
 double number_field(const json::object& o, const char* key) {
-  const json::value* v = o.if_contains(key);
-  if (v == nullptr || !v->is_number())
-    throw WireError(std::string("'") + key + "' is missing or not a number");
-  return v->to_number<double>();
+  return json_fields::number_field<WireError>(o, key);
 }
-
 bool bool_field(const json::object& o, const char* key) {
-  const json::value* v = o.if_contains(key);
-  if (v == nullptr || !v->is_bool())
-    throw WireError(std::string("'") + key + "' is missing or not a boolean");
-  return v->as_bool();
+  return json_fields::bool_field<WireError>(o, key);
 }
 
 } // namespace keval::worker::detail

@@ -1,5 +1,7 @@
 #include "worker/verifier/detail/verifier_wire.hpp"
 
+#include "common/json_fields.hpp"
+
 #include <bit>
 
 #include <boost/json/array.hpp>
@@ -185,47 +187,22 @@ request::TensorInit init_from_json(const json::object& o) {
 }
 
 const json::object& object_at(const json::object& o, const char* key) {
-  const json::value& v = at(o, key);
-  if (!v.is_object())
-    throw BadRequest(std::string("'") + key + "' is not an object");
-  return v.as_object();
+  return json_fields::object_field<BadRequest>(o, key);
 }
-
 int64_t int_at(const json::object& o, const char* key) {
-  const json::value& v = at(o, key);
-  if (!v.is_int64())
-    throw BadRequest(std::string("'") + key + "' is not an integer");
-  return v.as_int64();
+  return json_fields::int_field<BadRequest>(o, key);
 }
-
 uint64_t uint_at(const json::object& o, const char* key) {
-  const json::value& v = at(o, key);
-  if (v.is_uint64())
-    return v.as_uint64();
-  if (v.is_int64() && v.as_int64() >= 0)
-    return static_cast<uint64_t>(v.as_int64());
-  throw BadRequest(std::string("'") + key + "' is not a non-negative integer");
+  return json_fields::uint_field<BadRequest>(o, key);
 }
-
 double number_at(const json::object& o, const char* key) {
-  const json::value& v = at(o, key);
-  if (!v.is_number())
-    throw BadRequest(std::string("'") + key + "' is not a number");
-  return v.to_number<double>();
+  return json_fields::number_field<BadRequest>(o, key);
 }
-
 bool bool_at(const json::object& o, const char* key) {
-  const json::value& v = at(o, key);
-  if (!v.is_bool())
-    throw BadRequest(std::string("'") + key + "' is not a boolean");
-  return v.as_bool();
+  return json_fields::bool_field<BadRequest>(o, key);
 }
-
 std::string string_at(const json::object& o, const char* key) {
-  const json::value& v = at(o, key);
-  if (!v.is_string())
-    throw BadRequest(std::string("'") + key + "' is not a string");
-  return std::string(v.as_string());
+  return json_fields::string_field<BadRequest>(o, key);
 }
 
 std::vector<int64_t> shape_at(const json::object& o, const char* key) {
