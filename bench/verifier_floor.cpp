@@ -50,37 +50,40 @@ constexpr int kFirstChildFd = 100;
   std::exit(1);
 }
 
-void send_fd(int socket, int fd, char tag) {
+// One byte with room for one descriptor beside it: what both ends of a descriptor's passing use.
+struct OneFdMessage {
+  char tag = 0;
   char control[CMSG_SPACE(sizeof(int))] = {};
   iovec io{&tag, 1};
   msghdr message{};
-  message.msg_iov = &io;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  OneFdMessage() {
+    message.msg_iov = &io;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof control;
+  }
+  OneFdMessage(const OneFdMessage&) = delete;
+  OneFdMessage& operator=(const OneFdMessage&) = delete;
+};
+
+void send_fd(int socket, int fd, char tag) {
+  OneFdMessage m;
+  m.tag = tag;
+  cmsghdr* header = CMSG_FIRSTHDR(&m.message);
   header->cmsg_level = SOL_SOCKET;
   header->cmsg_type = SCM_RIGHTS;
   header->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
-  if (::sendmsg(socket, &message, MSG_NOSIGNAL) != 1)
+  if (::sendmsg(socket, &m.message, MSG_NOSIGNAL) != 1)
     die("sendmsg");
 }
 
 // The descriptor sent with one byte; -1 where the peer closed instead.
 int receive_fd(int socket) {
-  char tag = 0;
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec io{&tag, 1};
-  msghdr message{};
-  message.msg_iov = &io;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  const ssize_t n = ::recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
-  if (n <= 0)
+  OneFdMessage m;
+  if (::recvmsg(socket, &m.message, MSG_CMSG_CLOEXEC) <= 0)
     return -1;
-  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  cmsghdr* header = CMSG_FIRSTHDR(&m.message);
   if (header == nullptr || header->cmsg_type != SCM_RIGHTS)
     die("recvmsg: no descriptor");
   int fd = -1;

@@ -4,17 +4,15 @@
 
 #include "protocol/blocking_channel.hpp"
 #include "tensor/dtype.hpp"
+#include "worker/engine/detail/shared_host_memory.hpp"
 
 #include <cerrno>
 #include <cstring>
-#include <system_error>
 #include <thread>
+#include <type_traits>
 
 #include <boost/json/array.hpp>
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 
 namespace keval::worker::verifier {
 
@@ -93,20 +91,12 @@ public:
   }
 
   void upload(Tensor& tensor, const std::vector<uint8_t>& bytes) override {
-    // The bytes go as a memfd: a request's tensor data can be far larger than a frame.
-    UniqueFd data(::memfd_create("keval-upload", MFD_CLOEXEC));
-    if (!data)
-      throw std::system_error(errno, std::generic_category(), "memfd_create");
-    for (size_t done = 0; done < bytes.size();) {
-      const ssize_t n = ::write(data.get(), bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        throw std::system_error(errno, std::generic_category(), "writing an upload's bytes");
-      done += static_cast<size_t>(n);
-    }
+    // The bytes go as a sealed memfd: a request's tensor data can be far larger than a frame.
+    const auto data = worker::detail::SharedHostMemory::create(bytes.size());
+    if (!bytes.empty())
+      std::memcpy(data.data(), bytes.data(), bytes.size());
     call(json::object{{"type", op::kUpload}, {"id", id_of(tensor)}, {"bytes", bytes.size()}},
-         {data.get()});
+         {data.fd()});
   }
 
   std::unique_ptr<Tensor> clone(const keval_dl_tensor& source, Sharing sharing) override {
@@ -150,19 +140,16 @@ public:
                           {"actual", view_to_json(actual)},
                           {"tolerance", exact_doubles(json::object{{"atol", tolerance.atol},
                                                                    {"rtol", tolerance.rtol}})}});
-    try {
+    return read_reply([&] {
       return tensor::comparison_from_json(
           from_exact_doubles(object_at(reply, "comparison")).as_object());
-    } catch (const std::invalid_argument& e) {
-      throw VerifierUnavailable(std::string("the device verifier's comparison is unreadable: ") +
-                                e.what());
-    }
+    });
   }
 
   bool same_bytes(const keval_dl_tensor& a, const keval_dl_tensor& b) override {
-    return bool_at(call(json::object{
-                       {"type", op::kSameBytes}, {"a", view_to_json(a)}, {"b", view_to_json(b)}}),
-                   "same");
+    const json::object reply = call(
+        json::object{{"type", op::kSameBytes}, {"a", view_to_json(a)}, {"b", view_to_json(b)}});
+    return read_reply([&] { return bool_at(reply, "same"); });
   }
 
   void synchronize() override { call(json::object{{"type", op::kSynchronize}}); }
@@ -172,7 +159,10 @@ public:
     const json::value* clock = reply.if_contains("clock");
     if (clock == nullptr || clock->is_null())
       return std::nullopt;
-    return SmClock{number_at(clock->as_object(), "mhz"), number_at(clock->as_object(), "max_mhz")};
+    return read_reply([&] {
+      return SmClock{number_at(clock->as_object(), "mhz"),
+                     number_at(clock->as_object(), "max_mhz")};
+    });
   }
 
   std::optional<DeviceMemory> device_memory() override {
@@ -180,8 +170,10 @@ public:
     const json::value* memory = reply.if_contains("memory");
     if (memory == nullptr || memory->is_null())
       return std::nullopt;
-    return DeviceMemory{uint_at(memory->as_object(), "free"),
-                        uint_at(memory->as_object(), "total")};
+    return read_reply([&] {
+      return DeviceMemory{uint_at(memory->as_object(), "free"),
+                          uint_at(memory->as_object(), "total")};
+    });
   }
 
   std::unique_ptr<Timer> make_timer(std::function<void()>, bool, bool) override {
@@ -230,18 +222,31 @@ private:
   }
 
   std::unique_ptr<Tensor> tensor_from(const json::object& reply) {
-    const request::DType dtype = dtype_at(reply, "dtype");
-    UniqueFd shared;
-    if (bool_at(reply, "fd")) {
-      std::vector<UniqueFd> fds = channel_.take_fds(1);
-      shared = std::move(fds.front());
+    return read_reply([&] {
+      const request::DType dtype = dtype_at(reply, "dtype");
+      UniqueFd shared;
+      if (bool_at(reply, "fd"))
+        shared = std::move(channel_.take_fds(1).front());
+      keval_dl_tensor model{};
+      model.device = device_;
+      model.dtype = tensor::to_dl(dtype);
+      return std::make_unique<RemoteTensor>(
+          *this, int_at(reply, "id"), dtype, shape_at(reply, "shape"), uint_at(reply, "at"), model,
+          bool_at(reply, "shared"), std::move(shared), uint_at(reply, "shared_bytes"));
+    });
+  }
+
+  // Reads what a reply holds. A reply that does not hold it is the verifier's failure, never the
+  // job's: the readers throw std::invalid_argument, which the pipeline would take for an engine's
+  // refusal of what a side sent.
+  template <class Read> std::invoke_result_t<Read> read_reply(Read read) {
+    try {
+      return read();
+    } catch (const std::exception& e) {
+      broken_ = true;
+      throw VerifierUnavailable(std::string("the device verifier's reply is unreadable: ") +
+                                e.what());
     }
-    keval_dl_tensor model{};
-    model.device = device_;
-    model.dtype = tensor::to_dl(dtype);
-    return std::make_unique<RemoteTensor>(
-        *this, int_at(reply, "id"), dtype, shape_at(reply, "shape"), uint_at(reply, "at"), model,
-        bool_at(reply, "shared"), std::move(shared), uint_at(reply, "shared_bytes"));
   }
 
   static int64_t id_of(const Tensor& tensor) {
@@ -262,19 +267,18 @@ RemoteTensor::~RemoteTensor() {
 }
 
 UniqueFd connect_abstract(const std::string& name, std::chrono::milliseconds within) {
-  if (name.size() < 2 || name.front() != '@' || name.size() >= sizeof(sockaddr_un::sun_path))
-    throw VerifierUnavailable("the device verifier's socket is not an abstract socket's name: '" +
-                              name + "'");
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path + 1, name.data() + 1, name.size() - 1);
-  const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
+  AbstractAddress address;
+  try {
+    address = abstract_address(name);
+  } catch (const BadRequest& e) {
+    throw VerifierUnavailable(std::string("the device verifier's socket is ") + e.what());
+  }
   const auto deadline = std::chrono::steady_clock::now() + within;
   for (;;) {
     UniqueFd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!socket)
       throw VerifierUnavailable(std::string("socket: ") + std::strerror(errno));
-    if (::connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), length) == 0)
+    if (::connect(socket.get(), address.get(), address.length) == 0)
       return socket;
     const int error = errno;
     // A full backlog says EAGAIN: the verifier accepts on a thread of its own, soon.

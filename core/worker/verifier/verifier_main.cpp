@@ -2,6 +2,7 @@
 #include "worker/verifier/device_verifier.hpp"
 
 #include "common/random_hex.hpp"
+#include "worker/verifier/detail/verifier_wire.hpp"
 
 #ifdef KEVAL_HAVE_CUDA
 #include "worker/cuda/cuda_engine.hpp"
@@ -21,7 +22,6 @@
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 namespace keval::worker::verifier {
@@ -51,11 +51,8 @@ std::pair<UniqueFd, std::string> listen_abstract() {
   UniqueFd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!socket)
     throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path + 1, name.data() + 1, name.size() - 1);
-  const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
-  if (::bind(socket.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0 ||
+  const detail::AbstractAddress address = detail::abstract_address(name);
+  if (::bind(socket.get(), address.get(), address.length) != 0 ||
       ::listen(socket.get(), kBacklog) != 0)
     throw std::runtime_error("listening on " + name + ": " + std::strerror(errno));
   return {std::move(socket), name};

@@ -3,18 +3,17 @@
 #include "worker/verifier/device_verifier.hpp"
 
 #include "protocol/blocking_channel.hpp"
+#include "worker/engine/detail/shared_host_memory.hpp"
+#include "worker/engine/detail/tensor_bytes.hpp"
 
 #include <cerrno>
-#include <cstring>
 #include <map>
 #include <optional>
 
 #include <boost/json/array.hpp>
 #include <openssl/crypto.h>
 #include <spdlog/spdlog.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
 namespace keval::worker::verifier {
 
@@ -35,12 +34,15 @@ bool token_matches(const std::string& presented, const std::string& token) {
          CRYPTO_memcmp(presented.data(), token.data(), token.size()) == 0;
 }
 
-uint64_t bytes_of(const Tensor& tensor) {
-  uint64_t numel = 1;
-  for (int64_t n : tensor.shape())
-    numel *= static_cast<uint64_t>(n);
-  return numel * request::dtype_size(tensor.dtype());
+json::object failure(const char* kind, const std::string& message) {
+  return json::object{{"type", kReply}, {"ok", false}, {"error", kind}, {"message", message}};
 }
+
+// One answer, and the descriptor that goes with it (-1: none), owned by a tensor still held.
+struct Reply {
+  json::object body;
+  int fd = -1;
+};
 
 // One connection's engine and the tensors it made or mapped, by the ids the peer knows them by.
 class Connection {
@@ -74,7 +76,7 @@ public:
   }
 
   // Performs one request; its reply (none for "free").
-  std::optional<json::object> handle(const json::object& request) {
+  std::optional<Reply> handle(const json::object& request) {
     const std::string op = string_at(request, "type");
     if (op == op::kFree) { // never answered, even when it names nothing
       if (const json::value* id = request.if_contains("id"); id != nullptr && id->is_int64())
@@ -87,11 +89,11 @@ public:
       // No user code runs in this context: a fault that broke it is keval's (or the driver's),
       // never the kernel under test's, and every job this verifier serves has lost it.
       faulted_ = true;
-      return failure(kContextBroken, e.what());
+      return Reply{failure(kContextBroken, e.what())};
     } catch (const std::invalid_argument& e) { // BadRequest too
-      return failure(kInvalidArgument, e.what());
+      return Reply{failure(kInvalidArgument, e.what())};
     } catch (const std::exception& e) {
-      return failure(kFailed, e.what());
+      return Reply{failure(kFailed, e.what())};
     }
   }
 
@@ -101,12 +103,9 @@ private:
     uint64_t base = 0, bytes = 0;
   };
 
-  static json::object failure(const char* kind, const std::string& message) {
-    return json::object{{"type", kReply}, {"ok", false}, {"error", kind}, {"message", message}};
-  }
-
-  json::object perform(const std::string& op, const json::object& r) {
-    json::object ok{{"type", kReply}, {"ok", true}};
+  Reply perform(const std::string& op, const json::object& r) {
+    Reply done{json::object{{"type", kReply}, {"ok", true}}};
+    json::object& ok = done.body;
     if (op == op::kAllocate) {
       const bool shared = bool_at(r, "shared");
       std::unique_ptr<Tensor> tensor =
@@ -122,11 +121,11 @@ private:
       engine_->fill(held(r, "id"),
                     init_from_json(from_exact_doubles(object_at(r, "init")).as_object()),
                     uint_at(r, "seed"));
-      return ok;
+      return done;
     }
     if (op == op::kUpload) {
       engine_->upload(held(r, "id"), read_upload(uint_at(r, "bytes")));
-      return ok;
+      return done;
     }
     if (op == op::kClone) {
       auto view = view_from_json(object_at(r, "view"));
@@ -135,12 +134,12 @@ private:
     }
     if (op == op::kCopyInto) {
       engine_->copy_into(held(r, "to"), held(r, "from"));
-      return ok;
+      return done;
     }
     if (op == op::kCopyViewInto) {
       auto view = view_from_json(object_at(r, "view"));
       engine_->copy_view_into(held(r, "to"), resolve(*view));
-      return ok;
+      return done;
     }
     if (op == op::kOpenShared) {
       SharedTensorHandle handle;
@@ -154,7 +153,7 @@ private:
     }
     if (op == op::kPoison) {
       engine_->poison(held(r, "id"));
-      return ok;
+      return done;
     }
     if (op == op::kCompare) {
       auto expected = view_from_json(object_at(r, "expected"));
@@ -164,38 +163,38 @@ private:
                                          number_at(tolerance_json, "rtol")};
       ok["comparison"] = exact_doubles(
           tensor::to_json(engine_->compare(resolve(*expected), resolve(*actual), tolerance)));
-      return ok;
+      return done;
     }
     if (op == op::kSameBytes) {
       auto a = view_from_json(object_at(r, "a"));
       auto b = view_from_json(object_at(r, "b"));
       ok["same"] = engine_->same_bytes(resolve(*a), resolve(*b));
-      return ok;
+      return done;
     }
     if (op == op::kSynchronize) {
       engine_->synchronize();
-      return ok;
+      return done;
     }
     if (op == op::kSmClock) {
       const std::optional<Engine::SmClock> clock = engine_->read_sm_clock();
       ok["clock"] =
           clock ? json::value(json::object{{"mhz", clock->mhz}, {"max_mhz", clock->max_mhz}})
                 : json::value(nullptr);
-      return ok;
+      return done;
     }
     if (op == op::kDeviceMemory) {
       const std::optional<Engine::DeviceMemory> memory = engine_->device_memory();
       ok["memory"] = memory ? json::value(json::object{{"free", memory->free_bytes},
                                                        {"total", memory->total_bytes}})
                             : json::value(nullptr);
-      return ok;
+      return done;
     }
     throw BadRequest("'type' names no operation: '" + op + "'");
   }
 
-  // Keeps `tensor` for the connection and replies with its id and description, and with its
+  // Keeps `tensor` for the connection; the reply gives its id and description, and its
   // descriptor where it is one the verifier exports (`send_fd`).
-  json::object keep(std::unique_ptr<Tensor> tensor, bool send_fd = true) {
+  Reply keep(std::unique_ptr<Tensor> tensor, bool send_fd = true) {
     const int64_t id = next_id_++;
     json::array shape(tensor->shape().begin(), tensor->shape().end());
     const int fd = send_fd ? tensor->shared_fd() : -1;
@@ -210,13 +209,10 @@ private:
                        {"fd", fd >= 0}};
     Held entry;
     entry.base = reinterpret_cast<uintptr_t>(tensor->dl().data);
-    entry.bytes = bytes_of(*tensor);
+    entry.bytes = worker::detail::tensor_bytes(tensor->dtype(), tensor->shape());
     entry.tensor = std::move(tensor);
-    // Sent before it is kept: a tensor whose descriptor could not be sent is freed with the
-    // exception (the connection is then broken anyway).
-    channel_.send(std::move(reply), fd >= 0 ? std::vector<int>{fd} : std::vector<int>{});
     held_.emplace(id, std::move(entry));
-    return {}; // already replied
+    return Reply{std::move(reply), fd};
   }
 
   Tensor& held(const json::object& r, const char* key) {
@@ -245,20 +241,13 @@ private:
     throw BadRequest("a view reaches memory of no tensor of this job");
   }
 
+  // The bytes of an upload: a sealed memfd the trusted worker wrote (a request's tensor data can
+  // be far larger than a frame).
   std::vector<uint8_t> read_upload(uint64_t bytes) {
-    const UniqueFd data = std::move(channel_.take_fds(1).front());
-    struct stat st {};
-    if (::fstat(data.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes)
-      throw BadRequest("an upload's descriptor holds fewer bytes than it says");
-    std::vector<uint8_t> out(bytes);
-    if (bytes == 0)
-      return out;
-    void* mapped = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, data.get(), 0);
-    if (mapped == MAP_FAILED)
-      throw BadRequest("an upload's descriptor cannot be mapped");
-    std::memcpy(out.data(), mapped, bytes);
-    ::munmap(mapped, bytes);
-    return out;
+    const auto data =
+        worker::detail::SharedHostMemory::open(std::move(channel_.take_fds(1).front()), bytes);
+    const auto* begin = static_cast<const uint8_t*>(data.data());
+    return std::vector<uint8_t>(begin, begin + bytes);
   }
 
   protocol::BlockingChannel& channel_;
@@ -288,8 +277,7 @@ bool serve_connection(UniqueFd connection, const std::string& token,
       !presented->is_string() || !token_matches(std::string(presented->as_string()), token)) {
     spdlog::warn("device verifier: a connection presented no valid token; closed");
     try {
-      channel.send(json::object{
-          {"type", kReply}, {"ok", false}, {"error", kFailed}, {"message", "wrong token"}});
+      channel.send(failure(kFailed, "wrong token"));
     } catch (const std::exception&) {
     }
     return true;
@@ -300,8 +288,7 @@ bool serve_connection(UniqueFd connection, const std::string& token,
     engine = make_engine();
   } catch (const std::exception& e) {
     try {
-      channel.send(
-          json::object{{"type", kReply}, {"ok", false}, {"error", kFailed}, {"message", e.what()}});
+      channel.send(failure(kFailed, e.what()));
     } catch (const std::exception&) {
     }
     return true;
@@ -316,16 +303,16 @@ bool serve_connection(UniqueFd connection, const std::string& token,
       } catch (const std::exception&) {
         break; // the job's trusted worker closed it (or died): the job is over here
       }
-      std::optional<json::object> reply;
+      std::optional<Reply> reply;
       try {
         reply = served.handle(request);
-      } catch (const std::exception& e) { // a request without an op, a free without an id
-        reply = json::object{
-            {"type", kReply}, {"ok", false}, {"error", kInvalidArgument}, {"message", e.what()}};
+      } catch (const std::exception& e) { // a request without a type
+        reply = Reply{failure(kInvalidArgument, e.what())};
       }
       channel.drop_unclaimed_fds();
-      if (reply && !reply->empty())
-        channel.send(std::move(*reply));
+      if (reply)
+        channel.send(std::move(reply->body),
+                     reply->fd >= 0 ? std::vector<int>{reply->fd} : std::vector<int>{});
     }
   } catch (const std::exception& e) {
     spdlog::debug("device verifier: a connection ended: {}", e.what());

@@ -478,6 +478,30 @@ TEST(DeviceVerifier, AVerifierThatEndsMidJobIsReportedAsUnavailable) {
   EXPECT_THROW(remote->allocate(DType::f32, {1}), VerifierUnavailable);
 }
 
+TEST(DeviceVerifier, AReplyThatHoldsTooLittleIsTheVerifiersFailureNotAnEnginesRefusal) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  UniqueFd server_end(fds[1]);
+  std::thread answer([&] {
+    protocol::BlockingChannel channel(::dup(server_end.get()), "trusted worker");
+    channel.receive();
+    channel.send(json::object{{"type", "reply"},
+                              {"ok", true},
+                              {"device", json::object{{"type", 1}, {"id", 0}}},
+                              {"describe", json::object{}}});
+    channel.receive();
+    channel.send(json::object{{"type", "reply"}, {"ok", true}}); // an allocate's, without a tensor
+  });
+  auto remote = remote_engine_over(UniqueFd(fds[0]), kToken);
+  try {
+    remote->allocate(DType::f32, {1});
+    FAIL() << "a reply without its tensor was taken";
+  } catch (const VerifierUnavailable& e) {
+    EXPECT_THAT(e.what(), HasSubstr("reply is unreadable"));
+  }
+  answer.join();
+}
+
 TEST(DeviceVerifier, ItsProcessAnswersWhyItCannotServeWithoutATokenOrADevice) {
   const std::string worker = keval::test::worker_exe().string();
   const auto run = [&](const std::string& input) {

@@ -3,6 +3,8 @@
 #include "common/json_fields.hpp"
 
 #include <bit>
+#include <cstddef>
+#include <cstring>
 
 #include <boost/json/array.hpp>
 
@@ -56,18 +58,14 @@ json::object view_to_json(const keval_dl_tensor& view) {
 
 uint64_t ReadView::extent_bytes() const {
   const uint64_t element = (dl.dtype.bits / 8u) * dl.dtype.lanes;
-  uint64_t last = 0; // the index of the last element reached, in elements
-  for (size_t k = 0; k < shape.size(); ++k) {
+  // The last element reached, in elements: compact row-major where there are no strides.
+  uint64_t last = 0, stride = 1;
+  for (size_t k = shape.size(); k-- > 0;) {
     if (shape[k] == 0)
       return 0;
-    const uint64_t stride = strides.empty() ? 0 : static_cast<uint64_t>(strides[k]);
-    last += static_cast<uint64_t>(shape[k] - 1) * stride;
-  }
-  if (strides.empty()) {
-    uint64_t numel = 1;
-    for (int64_t n : shape)
-      numel *= static_cast<uint64_t>(n);
-    return numel * element;
+    const uint64_t step = strides.empty() ? stride : static_cast<uint64_t>(strides[k]);
+    last += static_cast<uint64_t>(shape[k] - 1) * step;
+    stride *= static_cast<uint64_t>(shape[k]);
   }
   return (last + 1) * element;
 }
@@ -184,6 +182,16 @@ request::TensorInit init_from_json(const json::object& o) {
   init.start = number_at(o, "start");
   init.step = number_at(o, "step");
   return init;
+}
+
+AbstractAddress abstract_address(const std::string& name) {
+  AbstractAddress out;
+  if (name.size() < 2 || name.front() != '@' || name.size() >= sizeof(out.address.sun_path))
+    throw BadRequest("not an abstract socket's name: '" + name + "'");
+  out.address.sun_family = AF_UNIX;
+  std::memcpy(out.address.sun_path + 1, name.data() + 1, name.size() - 1); // sun_path[0]: '\0'
+  out.length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
+  return out;
 }
 
 const json::object& object_at(const json::object& o, const char* key) {

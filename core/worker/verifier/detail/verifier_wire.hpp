@@ -16,6 +16,8 @@
 
 #include <boost/json/object.hpp>
 #include <keval/plugin.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 namespace keval::worker::verifier::detail {
 
@@ -76,6 +78,15 @@ boost::json::value from_exact_doubles(const boost::json::value& v);
 
 boost::json::object init_to_json(const request::TensorInit& init);
 request::TensorInit init_from_json(const boost::json::object& o);
+
+// The address of the abstract Unix socket named `name` ("@keval-verifier-..."), and its length.
+// Throws BadRequest for a name that is not "@" and up to 106 characters.
+struct AbstractAddress {
+  sockaddr_un address{};
+  socklen_t length = 0;
+  const sockaddr* get() const { return reinterpret_cast<const sockaddr*>(&address); }
+};
+AbstractAddress abstract_address(const std::string& name);
 
 // Typed fields of a request; BadRequest naming the field.
 const boost::json::object& object_at(const boost::json::object& o, const char* key);
